@@ -1,0 +1,467 @@
+"""The scheduling framework: extension points, Status, Profile, Registry and one scheduling cycle.
+
+A cycle reads a snapshot (CycleContext), asks the enabled plugins at each extension point and returns a Decision;
+it changes ClusterState only through Txns, so a gang is placed whole or not at all."""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from importlib import resources
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.model import Job
+
+# --------------------------------------------------------------------------------------------- status and records
+
+
+class Code(StrEnum):
+    SUCCESS = "success"
+    WAIT = "wait"  # not now: keep the job queued and ask again next cycle
+    UNSCHEDULABLE = "unschedulable"  # cannot run on this cluster as it is
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    """An explicit answer: success is `Status.ok()`, never an absent value."""
+
+    code: Code
+    reason: str = ""
+    plugin: str = ""
+
+    @staticmethod
+    def ok() -> Status:
+        return _OK
+
+    @property
+    def success(self) -> bool:
+        return self.code is Code.SUCCESS
+
+
+_OK = Status(Code.SUCCESS)
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A job that holds an allocation: since when, and what it had attained before this run."""
+
+    job: Job
+    alloc: Allocation
+    start_s: float
+    prior_executed_s: float  # run time credited by earlier runs (what a restart resumes from)
+    prior_attained_gpu_s: float  # GPU-seconds of service received by earlier runs (LAS counts all of it)
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """Resources held for a blocked job: `gpus` on `nodes` from `start_s`. `nodes` None blocks the whole cluster
+    (strict head-of-line: nothing ordered after the job may start)."""
+
+    job_id: str
+    nodes: np.ndarray | None
+    gpus: np.ndarray | None
+    start_s: float
+
+
+@dataclass(slots=True)
+class Decision:
+    """What a cycle decided: the world starts `starts`, stops `preemptions` (before the starts), keeps the
+    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event)."""
+
+    starts: list[tuple[Job, Allocation]] = field(default_factory=list)
+    preemptions: list[str] = field(default_factory=list)
+    reservations: list[Reservation] = field(default_factory=list)
+    waiting: dict[str, Status] = field(default_factory=dict)
+    wake_s: float | None = None
+
+
+@dataclass(slots=True)
+class CycleContext:
+    """The read-only snapshot every plugin sees. Only the Scheduler mutates what it points to."""
+
+    now_s: float
+    cluster: ClusterState
+    pending: Sequence[Job]
+    running: Mapping[str, RunningJob]
+    prior_attained_gpu_s: Mapping[str, float]  # service from finished runs of pending jobs
+    prior_executed_s: Mapping[str, float]  # credited run time of pending jobs (after checkpoint loss)
+    rng: np.random.Generator
+    running_keys: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # order keys of running jobs
+    order_key: Callable[[Job], tuple[Any, ...]] = lambda job: ()  # the profile's order key of any job
+
+    def attained_gpu_s(self, job_id: str) -> float:
+        """GPU-seconds of service a job has received so far, including the current run."""
+        run = self.running.get(job_id)
+        if run is None:
+            return self.prior_attained_gpu_s.get(job_id, 0.0)
+        return run.prior_attained_gpu_s + run.alloc.gpus * (self.now_s - run.start_s)
+
+    def executed_s(self, job_id: str) -> float:
+        """Run time a job has to its credit (progress it keeps), including the current run."""
+        run = self.running.get(job_id)
+        if run is None:
+            return self.prior_executed_s.get(job_id, 0.0)
+        return run.prior_executed_s + (self.now_s - run.start_s)
+
+    def remaining_s(self, job: Job) -> float:
+        """Reference run time left (inf when the duration is unknown)."""
+        if job.duration_s is None:
+            return math.inf
+        return max(job.duration_s - self.executed_s(job.id), 0.0)
+
+
+# ------------------------------------------------------------------------------------------------- plugins
+
+
+class Plugin:
+    """Base class of policies. A plugin implements any subset of the extension points below; the Profile says at
+    which points it is enabled. Plugins read the CycleContext and return answers; they never mutate it.
+
+    Extension points, in cycle order, and how the answers of several plugins combine:
+
+    open(ctx)                    every plugin, in profile order, once per cycle: compute per-cycle state.
+    admit(job, ctx) -> Status    every pending job; the first non-success holds the job queued this cycle.
+    order_key(job, ctx) -> key   a sortable key per job; keys of the `order` plugins form a tuple compared
+                                 lexicographically, so the first plugin that tells two jobs apart wins; ties end
+                                 in submission order. Lower keys go first.
+    filter(job, ctx) -> bool[n]  a mask over nodes; a node must pass every filter.
+    score(job, ctx) -> float[n]  0..100 per node; the weighted sum ranks feasible nodes for `place`.
+    place(job, ctx, fit, score)  the one `place` plugin chooses nodes for all `job.tasks` tasks given how many fit
+        -> Allocation | None     on each node (`fit`, 0 where a filter failed); None: the job waits.
+    preempt(job, ctx)            for a job that does not fit: the running jobs to stop so it can; the first plugin
+        -> list[str] | None      with an answer wins. The framework commits the victims only if the job then fits.
+    backfill(job, ctx)           for a job that still cannot start: a Reservation or None; the first answer wins.
+        -> Reservation | None    A reservation's GPUs are kept from jobs ordered after it.
+    close(ctx, decision)         every plugin, once at the end of the cycle; may return a wake-up time; the
+        -> float | None          earliest one becomes `Decision.wake_s`.
+
+    An `order` plugin whose key of a running job changes with time (LAS: attained service) says when through
+    `key_expires_s`; the framework caches running jobs' keys until then and wakes the scheduler at that time.
+
+    `static_order` tells the framework the key of a pending job does not change while it waits (it may then keep
+    the queue sorted between cycles instead of sorting it every cycle)."""
+
+    name: ClassVar[str] = ""
+    static_order: ClassVar[bool] = True
+    dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
+
+    def open(self, ctx: CycleContext) -> None:
+        return None
+
+    def admit(self, job: Job, ctx: CycleContext) -> Status:
+        return Status.ok()
+
+    def order_key(self, job: Job, ctx: CycleContext) -> Any:
+        raise NotImplementedError
+
+    def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
+        """When the order key of a running job will change (inf: never while it runs). The framework keeps the
+        keys of running jobs until then, and wakes the scheduler at that time."""
+        return math.inf
+
+    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        raise NotImplementedError
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        raise NotImplementedError
+
+    def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
+        raise NotImplementedError
+
+    def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
+        return None
+
+    def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
+        return None
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        return None
+
+
+PluginFactory = Callable[..., Plugin]
+
+
+class Registry:
+    """Plugin factories by name. No global state: a Registry is built explicitly (see `plugins.default_registry`)."""
+
+    def __init__(self, factories: Mapping[str, PluginFactory] | None = None) -> None:
+        self._factories: dict[str, PluginFactory] = dict(factories or {})
+
+    def register(self, name: str, factory: PluginFactory) -> None:
+        if name in self._factories:
+            raise ValueError(f"plugin {name!r} is already registered")
+        self._factories[name] = factory
+
+    def names(self) -> list[str]:
+        return sorted(self._factories)
+
+    def create(self, name: str, args: Mapping[str, Any]) -> Plugin:
+        factory = self._factories.get(name)
+        if factory is None:
+            raise ValueError(f"unknown plugin {name!r}; known: {', '.join(self.names())}")
+        try:
+            plugin = factory(**args)
+        except TypeError as exc:
+            raise ValueError(f"plugin {name!r}: bad arguments {dict(args)}: {exc}") from exc
+        plugin.name = name  # type: ignore[misc]
+        return plugin
+
+
+# ------------------------------------------------------------------------------------------------- profile
+
+
+PluginRef = str | dict[str, dict[str, Any]]
+
+
+def _split_ref(ref: PluginRef) -> tuple[str, dict[str, Any]]:
+    if isinstance(ref, str):
+        return ref, {}
+    if len(ref) != 1:
+        raise ValueError(f"a plugin entry is a name or {{name: {{args}}}}, got {ref!r}")
+    ((name, args),) = ref.items()
+    return name, dict(args or {})
+
+
+class Profile(BaseModel):
+    """The enabled plugins at each extension point, with arguments and score weights. Loaded from YAML or by
+    built-in name (`Profile.load`). A plugin named at several points is one instance (it may share state).
+    `args` gives arguments to plugins by name when they are listed by name only."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    admit: list[PluginRef] = Field(default_factory=list)
+    order: list[PluginRef] = Field(default_factory=lambda: ["fifo"])
+    filter: list[PluginRef] = Field(default_factory=lambda: ["gpu-model", "node-selector"])
+    score: dict[str, float] = Field(default_factory=dict)
+    place: PluginRef = "pack"
+    preempt: list[PluginRef] = Field(default_factory=list)
+    backfill: list[PluginRef] = Field(default_factory=list)
+    args: dict[str, dict[str, Any]] = Field(default_factory=dict)
+
+    @field_validator("score")
+    @classmethod
+    def _weights_positive(cls, value: dict[str, float]) -> dict[str, float]:
+        for name, weight in value.items():
+            if weight < 0:
+                raise ValueError(f"score weight of {name!r} must be >= 0, got {weight}")
+        return value
+
+    @staticmethod
+    def builtin_names() -> list[str]:
+        folder = resources.files("trimtab") / "profiles"
+        return sorted(p.name.removesuffix(".yaml") for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+    @classmethod
+    def load(cls, name_or_path: str | Path) -> Profile:
+        """A built-in profile by name (`las`, `fifo`, ...) or a YAML file by path."""
+        text: str
+        source = str(name_or_path)
+        path = Path(name_or_path)
+        if path.suffix in (".yaml", ".yml") or path.exists():
+            if not path.exists():
+                raise ValueError(f"profile file {source} does not exist")
+            text = path.read_text()
+        else:
+            builtin = resources.files("trimtab") / "profiles" / f"{source}.yaml"
+            if not builtin.is_file():
+                raise ValueError(f"unknown policy {source!r}; built in: {', '.join(cls.builtin_names())}")
+            text = builtin.read_text()
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ValueError(f"profile {source}: not valid YAML: {exc}") from exc
+        if not isinstance(data, dict):
+            raise ValueError(f"profile {source}: expected a mapping at the top level")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+            raise ValueError(f"profile {source}: {fields}") from exc
+
+
+# ------------------------------------------------------------------------------------------------- framework
+
+
+class Framework:
+    """Plugins instantiated from a Profile, and the cycle that runs them."""
+
+    def __init__(self, profile: Profile, registry: Registry) -> None:
+        self.profile = profile
+        instances: dict[str, Plugin] = {}
+
+        def get(ref: PluginRef) -> Plugin:
+            name, args = _split_ref(ref)
+            if name not in instances:
+                instances[name] = registry.create(name, {**profile.args.get(name, {}), **args})
+            elif args:
+                raise ValueError(f"profile {profile.name}: arguments for {name!r} given twice")
+            return instances[name]
+
+        self.admit = [get(r) for r in profile.admit]
+        self.order = [get(r) for r in profile.order]
+        self.filter = [get(r) for r in profile.filter]
+        self.score = [(get(n), w) for n, w in profile.score.items() if w > 0]
+        self.placer = get(profile.place)
+        self.preempt = [get(r) for r in profile.preempt]
+        self.backfill = [get(r) for r in profile.backfill]
+        self.plugins: list[Plugin] = list(instances.values())
+        self.static_order = all(p.static_order for p in self.order)
+        self.dynamic_running_keys = any(p.dynamic_running_key for p in self.order)
+        self._running_keys: dict[str, tuple[Any, ...]] = {}
+        self._key_expiry: list[tuple[float, str]] = []  # heap of (expiry, job id) for cached running keys
+
+    def forget(self, job_id: str) -> None:
+        """A job stopped running: drop its cached key."""
+        self._running_keys.pop(job_id, None)
+
+    def _cache_running_key(self, job: Job, ctx: CycleContext) -> None:
+        self._running_keys[job.id] = self.order_key(job, ctx)
+        expiry = min((p.key_expires_s(job, ctx) for p in self.order), default=math.inf)
+        if expiry < math.inf:
+            heapq.heappush(self._key_expiry, (expiry, job.id))
+
+    def _refresh_running_keys(self, ctx: CycleContext) -> None:
+        if self.dynamic_running_keys:
+            self._running_keys = {jid: self.order_key(run.job, ctx) for jid, run in ctx.running.items()}
+            return
+        for job_id, run in ctx.running.items():
+            if job_id not in self._running_keys:
+                self._cache_running_key(run.job, ctx)
+        heap = self._key_expiry
+        while heap and heap[0][0] <= ctx.now_s:
+            _, job_id = heapq.heappop(heap)
+            run = ctx.running.get(job_id)
+            if run is not None:
+                self._cache_running_key(run.job, ctx)
+        if len(self._running_keys) > len(ctx.running):
+            for job_id in [j for j in self._running_keys if j not in ctx.running]:
+                del self._running_keys[job_id]
+
+    def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
+        return tuple(p.order_key(job, ctx) for p in self.order)
+
+    def feasible(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """Tasks of `job` that fit on each node now, 0 where a filter fails."""
+        fit = ctx.cluster.fit_counts(job.task)
+        for plugin in self.filter:
+            fit[~plugin.filter(job, ctx)] = 0
+        return fit
+
+    def scores(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        total = np.zeros(len(ctx.cluster), dtype=np.float64)
+        for plugin, weight in self.score:
+            total += weight * plugin.score(job, ctx)
+        return total
+
+    def try_place(self, job: Job, ctx: CycleContext) -> Allocation | None:
+        fit = self.feasible(job, ctx)
+        if int(np.minimum(fit, job.tasks).sum()) < job.tasks:
+            return None
+        alloc = self.placer.place(job, ctx, fit, self.scores(job, ctx))
+        if alloc is not None and (alloc.tasks != job.tasks or (alloc.counts > fit[alloc.nodes]).any()):
+            raise RuntimeError(f"place plugin {self.placer.name!r} returned an infeasible allocation for {job.id}")
+        return alloc
+
+    def cycle(self, ctx: CycleContext, queue: Iterable[tuple[tuple[Any, ...], Job]],
+              on_start: Callable[[Job, Allocation], None], on_preempt: Callable[[str], None]) -> Decision:
+        """One scheduling cycle over `queue`: the pending jobs with their order keys, lowest key first.
+
+        Jobs are taken in order; each is placed whole inside a Txn or not at all. A job that does not fit may
+        preempt running jobs ordered after it (victims are stopped only if the job then fits), and may reserve
+        (later jobs keep off the reserved GPUs). The cycle ends early once no GPU is free and no running job is
+        ordered after the next job, because nothing later in the queue could start. `on_start` / `on_preempt`
+        let the Scheduler update its books as each answer is committed."""
+        decision = Decision()
+        cluster = ctx.cluster
+        for plugin in self.plugins:
+            plugin.open(ctx)
+        reserved = np.zeros(len(cluster), dtype=np.int64)
+        reserved_total = 0
+        ctx.order_key = lambda job: self.order_key(job, ctx)
+        if self.preempt:
+            self._refresh_running_keys(ctx)
+            ctx.running_keys = self._running_keys
+        worst_running = max(ctx.running_keys.values(), default=None)
+        for key, job in queue:
+            free_for_job = cluster.free_gpus_total - reserved_total
+            may_preempt = bool(self.preempt) and worst_running is not None and key < worst_running
+            if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
+                break
+            status = self._admit(job, ctx)
+            if not status.success:
+                decision.waiting[job.id] = status
+                continue
+            alloc = None
+            if job.gpus <= free_for_job:
+                if reserved_total:
+                    cluster.free_gpus -= reserved  # reserved GPUs are out of reach of later jobs
+                    try:
+                        alloc = self.try_place(job, ctx)
+                    finally:
+                        cluster.free_gpus += reserved
+                else:
+                    alloc = self.try_place(job, ctx)
+            if alloc is None and may_preempt:
+                alloc = self._preempt_for(job, ctx, decision, on_preempt)
+            if alloc is not None:
+                with cluster.txn() as txn:
+                    txn.allocate(alloc)
+                    txn.commit()
+                decision.starts.append((job, alloc))
+                on_start(job, alloc)
+                if self.preempt:
+                    self._cache_running_key(job, ctx)
+                continue
+            decision.waiting[job.id] = Status(Code.WAIT, "does not fit", self.placer.name)
+            reservation = next((r for p in self.backfill if (r := p.backfill(job, ctx)) is not None), None)
+            if reservation is not None:
+                decision.reservations.append(reservation)
+                if reservation.nodes is None:
+                    break  # strict head-of-line: nothing ordered after this job may start
+                reserved[reservation.nodes] += reservation.gpus
+                reserved_total = int(reserved.sum())
+        wakes = [w for p in self.plugins if (w := p.close(ctx, decision)) is not None]
+        while self._key_expiry and self._key_expiry[0][1] not in self._running_keys:
+            heapq.heappop(self._key_expiry)  # stale: that job stopped
+        if self._key_expiry:
+            wakes.append(self._key_expiry[0][0])
+        decision.wake_s = min(wakes) if wakes else None
+        return decision
+
+    def _admit(self, job: Job, ctx: CycleContext) -> Status:
+        for plugin in self.admit:
+            status = plugin.admit(job, ctx)
+            if not status.success:
+                return status
+        return _OK
+
+    def _preempt_for(self, job: Job, ctx: CycleContext, decision: Decision,
+                     on_preempt: Callable[[str], None]) -> Allocation | None:
+        for plugin in self.preempt:
+            victims = plugin.preempt(job, ctx)
+            if not victims:
+                continue
+            with ctx.cluster.txn() as txn:
+                for victim in victims:
+                    txn.release(ctx.running[victim].alloc)
+                alloc = self.try_place(job, ctx)
+                if alloc is None:
+                    continue  # the Txn discards the tentative releases
+                txn.commit()
+            for victim in victims:
+                decision.preemptions.append(victim)
+                on_preempt(victim)
+                self.forget(victim)
+            return alloc
+        return None

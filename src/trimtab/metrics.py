@@ -1,0 +1,416 @@
+"""Recorder: consumes what happens to jobs (submit, run start, run end, scheduling cycles) and produces the run's
+job records, the per-window time series and the summary metrics, with exactly the names of DESIGN.md."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.model import Job, JobState, Outcome
+
+STARVE_MIN_S = 3600.0
+STARVE_FACTOR = 10.0
+
+SUMMARY_KEYS = (
+    "jobs_submitted", "jobs_completed", "jobs_failed", "jobs_cancelled", "jobs_lost",
+    "avg_jct_s", "jct_std_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
+    "avg_wait_s", "p99_wait_s", "avg_slowdown",
+    "throughput_cv", "goodput_cv",
+    "gpu_util", "cpu_util", "mem_util", "backlogged_util", "node_util_variance",
+    "cross_node_ratio", "cross_rack_ratio", "net_util",
+    "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours",
+    "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
+    "fairness_jain",
+)
+TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """One attempt: [start_s, end_s) on `nodes`; progress was made from `progress_from_s` (after the restart cost)
+    and `useful_s` reference seconds of it were kept."""
+
+    start_s: float
+    nodes: list[str]
+    gpus: int
+    racks: int
+    progress_from_s: float
+    end_s: float = math.nan
+    outcome: str = ""
+    useful_s: float = 0.0
+    slowdown: float = 1.0
+
+
+@dataclass(slots=True)
+class JobRecord:
+    job: Job
+    state: JobState = JobState.PENDING
+    runs: list[RunRecord] = field(default_factory=list)
+    end_s: float | None = None
+
+    @property
+    def preemptions(self) -> int:
+        return sum(r.outcome == Outcome.PREEMPTED for r in self.runs)
+
+
+class Recorder:
+    """Books every job and attempt, and the allocation over time. The world calls `submitted`, `run_started`,
+    `run_ended`, `ended` (terminal state) and `cycle` (wall-clock cost of a scheduling cycle that ran);
+    `queue_changed` when the number of pending jobs changes. `result()` gives the JSON-ready run record."""
+
+    def __init__(self, cluster: ClusterState, window_s: float = 3600.0) -> None:
+        if window_s <= 0:
+            raise ValueError("window_s must be positive")
+        self.cluster = cluster
+        self.window_s = float(window_s)
+        self.jobs: dict[str, JobRecord] = {}
+        n = len(cluster)
+        self._node_gpu_s = np.zeros(n)  # integral of allocated GPUs per node
+        self._node_alloc = np.zeros(n, dtype=np.int64)
+        self._node_since = np.zeros(n)
+        self._t: list[float] = []  # change points of the totals below
+        self._gpu: list[int] = []
+        self._cpu: list[int] = []
+        self._mem: list[int] = []
+        self._queue: list[int] = []
+        self._alloc = [0, 0, 0]
+        self._pending = 0
+        self._cycle_ms: list[float] = []
+        self._decisions = 0
+        self._open_runs: dict[str, tuple[RunRecord, Allocation]] = {}
+
+    # ------------------------------------------------------------------------------------------------ events
+
+    def submitted(self, job: Job, now_s: float) -> None:
+        self.jobs[job.id] = JobRecord(job)
+        self._pending += 1
+        self._mark(now_s)
+
+    def run_started(self, job: Job, alloc: Allocation, now_s: float, progress_from_s: float,
+                    slowdown: float) -> None:
+        rec = self.jobs[job.id]
+        nodes = self.cluster.nodes
+        names = [nodes[int(i)].name for i in alloc.nodes]
+        racks = len(np.unique(self.cluster.rack_idx[alloc.nodes]))
+        run = RunRecord(now_s, names, alloc.gpus, racks, progress_from_s, slowdown=slowdown)
+        rec.runs.append(run)
+        rec.state = JobState.RUNNING
+        self._open_runs[job.id] = (run, alloc)
+        self._node_change(alloc, now_s, +1)
+        self._alloc[0] += alloc.gpus
+        self._alloc[1] += alloc.tasks * alloc.task.cpu_milli
+        self._alloc[2] += alloc.tasks * alloc.task.mem_mib
+        self._pending -= 1
+        self._mark(now_s)
+
+    def run_ended(self, job_id: str, now_s: float, outcome: Outcome, useful_s: float, requeued: bool) -> None:
+        """An attempt ended with `outcome`, keeping `useful_s` reference seconds of progress; `requeued`: the job
+        waits again (preempted or to be retried)."""
+        run, alloc = self._open_runs.pop(job_id)
+        run.end_s = now_s
+        run.outcome = str(outcome)
+        run.useful_s = max(useful_s, 0.0)
+        self._node_change(alloc, now_s, -1)
+        self._alloc[0] -= alloc.gpus
+        self._alloc[1] -= alloc.tasks * alloc.task.cpu_milli
+        self._alloc[2] -= alloc.tasks * alloc.task.mem_mib
+        rec = self.jobs[job_id]
+        if requeued:
+            rec.state = JobState.PENDING
+            self._pending += 1
+        self._mark(now_s)
+
+    def ended(self, job_id: str, now_s: float, state: JobState) -> None:
+        """The job reached a terminal state (a pending job cancelled, or its last attempt ended)."""
+        rec = self.jobs[job_id]
+        if rec.state is JobState.PENDING:
+            self._pending -= 1
+            self._mark(now_s)
+        rec.state = state
+        rec.end_s = now_s
+
+    def cycle(self, wall_ms: float, decisions: int) -> None:
+        self._cycle_ms.append(wall_ms)
+        self._decisions += decisions
+
+    def _node_change(self, alloc: Allocation, now_s: float, sign: int) -> None:
+        idx = alloc.nodes
+        self._node_gpu_s[idx] += self._node_alloc[idx] * (now_s - self._node_since[idx])
+        self._node_since[idx] = now_s
+        self._node_alloc[idx] += sign * alloc.counts * alloc.task.gpus
+
+    def _mark(self, now_s: float) -> None:
+        if self._t and self._t[-1] == now_s:
+            self._gpu[-1], self._cpu[-1], self._mem[-1] = self._alloc
+            self._queue[-1] = self._pending
+            return
+        self._t.append(now_s)
+        self._gpu.append(self._alloc[0])
+        self._cpu.append(self._alloc[1])
+        self._mem.append(self._alloc[2])
+        self._queue.append(self._pending)
+
+    # ------------------------------------------------------------------------------------------------ results
+
+    def result(self, timing: bool = True) -> dict[str, Any]:
+        """The run as JSON-ready data: `summary`, `series` and `jobs`. With `timing` False the wall-clock metrics
+        are null, so that the same seed gives byte-identical output."""
+        jobs = list(self.jobs.values())
+        series, windows = self._series(jobs)
+        summary = self._summary(jobs, series, windows, timing)
+        return {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
+
+    def _bounds(self, jobs: list[JobRecord]) -> tuple[float, float, float]:
+        submits = [r.job.submit_s for r in jobs]
+        ends = [r.end_s for r in jobs if r.end_s is not None]
+        first = min(submits) if submits else 0.0
+        last_submit = max(submits) if submits else 0.0
+        last_end = max(ends, default=last_submit)
+        return first, last_submit, max(last_end, last_submit)
+
+    def _series(self, jobs: list[JobRecord]) -> tuple[dict[str, Any], np.ndarray]:
+        first, _, end = self._bounds(jobs)
+        w = self.window_s
+        n_windows = max(1, math.ceil((end - first) / w)) if end > first else 1
+        edges = first + w * np.arange(n_windows + 1)
+        completed_ends = np.array([r.end_s for r in jobs if r.state is JobState.COMPLETED], dtype=float)
+        completions = np.histogram(completed_ends, bins=edges)[0] if completed_ends.size else np.zeros(n_windows)
+        if completed_ends.size and completed_ends.max() == edges[-1]:
+            pass  # numpy's last bin is closed on the right, so a completion at the very end is counted
+        t = np.array(self._t)
+        cap = max(self.cluster.total_gpus, 1)
+        gpu_alloc = _window_means(t, np.array(self._gpu, dtype=float), edges) / cap
+        queue_len = _window_means(t, np.array(self._queue, dtype=float), edges)
+        queue_any = _window_max(t, np.array(self._queue, dtype=float), edges) > 0
+        # goodput: GPUs x wall time of the progress that was kept, placed where it happened
+        gp_t, gp_v = [], []
+        for rec in jobs:
+            for run in rec.runs:
+                if run.useful_s > 0:
+                    gp_t += [run.progress_from_s, run.progress_from_s + run.useful_s * run.slowdown]
+                    gp_v += [run.gpus, -run.gpus]
+        goodput = _window_integrals_of_steps(np.array(gp_t), np.array(gp_v, dtype=float), edges)
+        series = {
+            "window_s": w,
+            "start_s": first,
+            "completions": [int(c) for c in completions],
+            "goodput_gpu_s": [_r(x) for x in goodput],
+            "gpu_alloc": [_r(x) for x in gpu_alloc],
+            "queue_len": [_r(x) for x in queue_len],
+        }
+        return series, np.column_stack([edges[:-1], edges[1:], queue_any])
+
+    def _summary(self, jobs: list[JobRecord], series: dict[str, Any], windows: np.ndarray,
+                 timing: bool) -> dict[str, Any]:
+        first, last_submit, end = self._bounds(jobs)
+        span = max(end - first, 0.0)
+        states = [r.state for r in jobs]
+        done = [r for r in jobs if r.state is JobState.COMPLETED]
+        jct = np.array([r.end_s - r.job.submit_s for r in done], dtype=float)
+        waits = np.array([r.runs[0].start_s - r.job.submit_s for r in jobs if r.runs], dtype=float)
+        slow = np.array([(r.end_s - r.job.submit_s) / r.job.duration_s for r in done
+                         if r.job.duration_s], dtype=float)
+        whole = (windows[:, 1] <= last_submit) if len(windows) else np.zeros(0, dtype=bool)
+        completions = np.array(series["completions"], dtype=float)
+        goodput = np.array(series["goodput_gpu_s"], dtype=float)
+        gpu_alloc = np.array(series["gpu_alloc"], dtype=float)
+        cap_gpus = self.cluster.total_gpus
+        t = np.array(self._t)
+        # per-node time-averaged allocation, closed at the end of the run
+        node_gpu_s = self._node_gpu_s + self._node_alloc * (end - self._node_since)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            node_util = np.where(self.cluster.cap_gpus > 0, node_gpu_s / (self.cluster.cap_gpus * span), 0.0) \
+                if span > 0 else np.zeros(len(self.cluster))
+        runs = [run for r in jobs for run in r.runs]
+        attempts = len(runs)
+        failed_attempts = sum(run.outcome in (Outcome.FAILED, Outcome.NODE_FAILED) for run in runs)
+        gang_gpu_s = cross_node = cross_rack = 0.0
+        wasted_gpu_s = 0.0
+        for rec in jobs:
+            for run in rec.runs:
+                gpu_s = run.gpus * (run.end_s - run.start_s)
+                wasted_gpu_s += gpu_s - run.gpus * run.useful_s * run.slowdown
+                if rec.job.tasks > 1:
+                    gang_gpu_s += gpu_s
+                    if len(run.nodes) > 1:
+                        cross_node += gpu_s
+                    if run.racks > 1:
+                        cross_rack += gpu_s
+        starved = sum(
+            1 for r in jobs if r.runs and (r.runs[0].start_s - r.job.submit_s)
+            > max(STARVE_MIN_S, STARVE_FACTOR * (r.job.duration_s or 0.0))
+        )
+        started = sum(1 for r in jobs if r.runs)
+        cyc = np.array(self._cycle_ms)
+        summary: dict[str, Any] = {
+            "jobs_submitted": len(jobs),
+            "jobs_completed": states.count(JobState.COMPLETED),
+            "jobs_failed": states.count(JobState.FAILED),
+            "jobs_cancelled": states.count(JobState.CANCELLED),
+            "jobs_lost": sum(not s.terminal for s in states),
+            "avg_jct_s": _r(jct.mean()) if jct.size else None,
+            "jct_std_s": _r(jct.std()) if jct.size else None,
+            "p50_jct_s": _pct(jct, 50),
+            "p95_jct_s": _pct(jct, 95),
+            "p99_jct_s": _pct(jct, 99),
+            "avg_wait_s": _r(waits.mean()) if waits.size else None,
+            "p99_wait_s": _pct(waits, 99),
+            "avg_slowdown": _r(slow.mean()) if slow.size else None,
+            "throughput_cv": _cv(completions[whole]),
+            "goodput_cv": _cv(goodput[whole]),
+            "gpu_util": _r(_time_mean(t, np.array(self._gpu, dtype=float), first, end) / max(cap_gpus, 1)),
+            "cpu_util": _r(_time_mean(t, np.array(self._cpu, dtype=float), first, end)
+                           / max(int(self.cluster.cap_cpu_milli.sum()), 1)),
+            "mem_util": _r(_time_mean(t, np.array(self._mem, dtype=float), first, end)
+                           / max(int(self.cluster.cap_mem_mib.sum()), 1)),
+            "backlogged_util": _r(gpu_alloc[windows[:, 2] > 0].mean()) if (windows[:, 2] > 0).any() else None,
+            "node_util_variance": _r(float(np.var(node_util))),
+            "cross_node_ratio": _r(cross_node / gang_gpu_s) if gang_gpu_s else 0.0,
+            "cross_rack_ratio": _r(cross_rack / gang_gpu_s) if gang_gpu_s else 0.0,
+            "net_util": 0.0,
+            "starvation_rate": _r(starved / started) if started else 0.0,
+            "failure_rate": _r(failed_attempts / attempts) if attempts else 0.0,
+            "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
+            "wasted_gpu_hours": _r(wasted_gpu_s / 3600.0),
+            "sched_cycle_p50_ms": _pct(cyc, 50, 4) if timing else None,
+            "sched_cycle_p99_ms": _pct(cyc, 99, 4) if timing else None,
+            "decisions_per_s": (_r(self._decisions / (cyc.sum() / 1000.0)) if cyc.sum() > 0 else None)
+            if timing else None,
+            "fairness_jain": _jain(jobs),
+        }
+        assert tuple(summary) == SUMMARY_KEYS
+        return summary
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+
+def _r(x: float, digits: int = 6) -> float:
+    return float(round(float(x), digits))
+
+
+def _pct(a: np.ndarray, q: float, digits: int = 6) -> float | None:
+    return _r(float(np.percentile(a, q)), digits) if a.size else None
+
+
+def _cv(a: np.ndarray) -> float | None:
+    if a.size < 2 or a.mean() == 0:
+        return None
+    return _r(float(a.std() / a.mean()))
+
+
+def _cumulative(t: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Integral of the step function (value v[i] from t[i] to t[i+1]) at each change point."""
+    out = np.zeros(t.size)
+    if t.size > 1:
+        out[1:] = np.cumsum(v[:-1] * np.diff(t))
+    return out
+
+
+def _integral_at(t: np.ndarray, v: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """Integral from t[0] of the step function, at arbitrary `points` (the last value holds after t[-1])."""
+    if t.size == 0:
+        return np.zeros(points.size)
+    cum = _cumulative(t, v)
+    idx = np.clip(np.searchsorted(t, points, side="right") - 1, 0, t.size - 1)
+    before = points < t[0]
+    out = cum[idx] + v[idx] * (points - t[idx])
+    out[before] = 0.0
+    return out
+
+
+def _window_means(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    return np.diff(_integral_at(t, v, edges)) / np.diff(edges)
+
+
+def _window_integrals_of_steps(t: np.ndarray, dv: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per-window integral of a step function given as increments `dv` at times `t` (any order)."""
+    if t.size == 0:
+        return np.zeros(edges.size - 1)
+    order = np.argsort(t, kind="stable")
+    ts, level = t[order], np.cumsum(dv[order])
+    return np.diff(_integral_at(ts, level, edges))
+
+
+def _window_max(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Largest value the step function takes inside each window."""
+    if t.size == 0:
+        return np.zeros(edges.size - 1)
+    out = np.zeros(edges.size - 1)
+    start_idx = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
+    end_idx = np.searchsorted(t, edges[1:], side="left")
+    for k, (a, b) in enumerate(zip(start_idx, end_idx, strict=True)):
+        out[k] = v[a:max(b, a + 1)].max()
+    return out
+
+
+def _time_mean(t: np.ndarray, v: np.ndarray, first: float, end: float) -> float:
+    if end <= first or t.size == 0:
+        return 0.0
+    ends = _integral_at(t, v, np.array([first, end]))
+    return float((ends[1] - ends[0]) / (end - first))
+
+
+def _jain(jobs: list[JobRecord]) -> float | None:
+    """Jain's index of tenants' GPU-time over their entitlement. Entitlement: the max-min fair share of the GPU-time
+    used, capped by each tenant's demand (GPU-time its jobs asked for), so a tenant that got all it asked is at 1."""
+    used: dict[str, float] = {}
+    demand: dict[str, float] = {}
+    for rec in jobs:
+        tenant = rec.job.tenant
+        used[tenant] = used.get(tenant, 0.0) + sum(r.gpus * (r.end_s - r.start_s) for r in rec.runs)
+        demand[tenant] = demand.get(tenant, 0.0) + rec.job.gpus * (rec.job.duration_s or 0.0)
+    if len(used) < 2:
+        return None
+    tenants = sorted(used)
+    ent = _water_fill(sum(used.values()), [demand[t] or used[t] for t in tenants])
+    x = np.array([used[t] / e if e > 0 else 1.0 for t, e in zip(tenants, ent, strict=True)])
+    if not (x > 0).any():
+        return None
+    return _r(float(x.sum() ** 2 / (x.size * (x**2).sum())))
+
+
+def _water_fill(total: float, demands: list[float]) -> list[float]:
+    """Max-min fair split of `total` among claimants capped by their demands."""
+    share = [0.0] * len(demands)
+    left = total
+    open_ = sorted(range(len(demands)), key=lambda i: demands[i])
+    while open_ and left > 1e-9:
+        even = left / len(open_)
+        i = open_[0]
+        if demands[i] <= even:
+            share[i] = demands[i]
+            left -= demands[i]
+            open_.pop(0)
+        else:
+            for j in open_:
+                share[j] = even
+            left = 0.0
+            open_ = []
+    return share
+
+
+def _job_json(rec: JobRecord) -> dict[str, Any]:
+    job = rec.job
+    return {
+        "id": job.id,
+        "tenant": job.tenant,
+        "priority": job.priority,
+        "gpus": job.gpus,
+        "tasks": job.tasks,
+        "duration": job.duration_s,
+        "submit": job.submit_s,
+        "state": str(rec.state),
+        "attempts": len(rec.runs),
+        "preemptions": rec.preemptions,
+        "end": rec.end_s,
+        "runs": [
+            {"start": run.start_s, "end": run.end_s, "nodes": run.nodes, "outcome": run.outcome,
+             "useful_s": _r(run.useful_s), "progress_from": run.progress_from_s, "slowdown": run.slowdown}
+            for run in rec.runs
+        ],
+    }

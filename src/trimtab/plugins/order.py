@@ -1,0 +1,73 @@
+"""Queue-order plugins: each gives a job a sort key; lower goes first, and the profile chains them.
+
+fifo (arrival), sjf (fewest GPUs), srtf (least reference time left), las (Tiresias's discretised 2D-LAS), priority."""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Sequence
+from typing import ClassVar
+
+from trimtab.framework import CycleContext, Plugin
+from trimtab.model import Job
+
+
+class Fifo(Plugin):
+    """Earlier submission first."""
+
+    def order_key(self, job: Job, ctx: CycleContext) -> float:
+        return job.submit_s
+
+
+class Sjf(Plugin):
+    """Smallest job first: fewer GPUs first."""
+
+    def order_key(self, job: Job, ctx: CycleContext) -> int:
+        return job.gpus
+
+
+class Priority(Plugin):
+    """Higher priority first."""
+
+    def order_key(self, job: Job, ctx: CycleContext) -> int:
+        return -job.priority
+
+
+class Srtf(Plugin):
+    """Shortest remaining reference time first (an oracle: it reads each job's duration). A running job's key falls
+    as it runs, so running jobs' keys are recomputed every cycle."""
+
+    dynamic_running_key: ClassVar[bool] = True
+
+    def order_key(self, job: Job, ctx: CycleContext) -> float:
+        return ctx.remaining_s(job)
+
+
+class Las(Plugin):
+    """Discretised least-attained-service (Tiresias 2D-LAS): a job's queue is the number of thresholds its attained
+    service (GPUs x seconds run, over all its runs) has passed. Queue 0 first; the `fifo` plugin after it in the
+    profile orders jobs inside a queue. With thresholds (3250, 7200) there are three queues."""
+
+    _EPS_GPU_S: ClassVar[float] = 1e-6  # crossing times are computed, so forgive rounding at the boundary
+
+    def __init__(self, thresholds_gpu_s: Sequence[float] = (3250.0, 7200.0)) -> None:
+        self.thresholds_gpu_s = sorted(float(t) for t in thresholds_gpu_s)
+        if any(t <= 0 for t in self.thresholds_gpu_s):
+            raise ValueError("las thresholds_gpu_s must be positive")
+
+    def queue_of(self, attained_gpu_s: float) -> int:
+        return bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s + self._EPS_GPU_S)
+
+    def order_key(self, job: Job, ctx: CycleContext) -> int:
+        return self.queue_of(ctx.attained_gpu_s(job.id))
+
+    def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
+        run = ctx.running.get(job.id)
+        if run is None or run.alloc.gpus == 0:
+            return math.inf
+        attained = ctx.attained_gpu_s(job.id)
+        level = self.queue_of(attained)
+        if level >= len(self.thresholds_gpu_s):
+            return math.inf
+        return ctx.now_s + (self.thresholds_gpu_s[level] - attained) / run.alloc.gpus

@@ -1,0 +1,177 @@
+"""Scheduler: owns the queue, the ClusterState and the Framework; turns events into Decisions.
+
+No I/O, no wall clock, no global randomness: the world passes the time in and a seed at construction."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
+from trimtab.model import Job, JobState
+
+
+class Scheduler:
+    """The one writer of scheduling state. The world calls `submit`, `stopped`, `cancel`, `node_down` / `node_up`
+    as things happen and `cycle(now_s)` when it wants decisions, then applies the Decision it gets back (the
+    Scheduler has already booked its starts and preemptions).
+
+    `cycle` is cheap when nothing changed that could start a job: it returns an empty Decision without running the
+    plugins (a `dirty` flag is raised by arrivals, stops, node changes and wake-up times)."""
+
+    def __init__(self, cluster: ClusterState, profile: Profile | str, registry: Registry | None = None,
+                 seed: int = 0) -> None:
+        from trimtab.plugins import default_registry
+
+        self.cluster = cluster
+        self.profile = profile if isinstance(profile, Profile) else Profile.load(profile)
+        self.framework = Framework(self.profile, registry or default_registry())
+        self.rng = np.random.default_rng(seed)
+        self.jobs: dict[str, Job] = {}
+        self.state: dict[str, JobState] = {}
+        self.running: dict[str, RunningJob] = {}
+        self.prior_attained_gpu_s: dict[str, float] = {}
+        self.prior_executed_s: dict[str, float] = {}
+        self._queue: list[tuple[tuple[Any, ...], int, str]] = []  # (order key, seq, job id), sorted
+        self._queued: dict[str, tuple[tuple[Any, ...], int, str]] = {}
+        self._seq = itertools.count()
+        self._dirty = True
+        self._wake_s: float | None = None
+        self.cycles_run = 0  # cycles that ran the plugins (the others found nothing changed)
+
+    # -------------------------------------------------------------------------------------------- events
+
+    def submit(self, job: Job, now_s: float) -> None:
+        """A new job arrives; it waits in the queue until a cycle starts it."""
+        if job.id in self.jobs:
+            raise ValueError(f"job {job.id!r} was already submitted")
+        self.jobs[job.id] = job
+        self._enqueue(job, now_s)
+
+    def stopped(self, job_id: str, now_s: float, state: JobState, executed_s: float | None = None) -> None:
+        """A running job's attempt ended. `state` is COMPLETED, FAILED or CANCELLED for a terminal end, or PENDING
+        to queue it again (a retry after a failure); `executed_s` is the run time it keeps (after checkpoint loss)."""
+        run = self.running.pop(job_id, None)
+        if run is None:
+            raise ValueError(f"job {job_id!r} is not running")
+        self.cluster.release(run.alloc)
+        self.framework.forget(job_id)
+        self._book_stop(run, now_s, executed_s)
+        self._dirty = True
+        if state is JobState.PENDING:
+            self._enqueue(run.job, now_s)
+        elif state.terminal:
+            self.state[job_id] = state
+        else:
+            raise ValueError(f"a stopped job goes to pending or a terminal state, not {state}")
+
+    def credit(self, job_id: str, executed_s: float) -> None:
+        """Set the run time a preempted (now pending) job keeps, once the world knows its checkpoint loss."""
+        if self.state.get(job_id) is not JobState.PENDING:
+            raise ValueError(f"job {job_id!r} is not pending")
+        self.prior_executed_s[job_id] = executed_s
+
+    def cancel(self, job_id: str, now_s: float) -> bool:
+        """Cancel a pending job (True), or say it is not pending (False: the world stops a running one)."""
+        if self.state.get(job_id) is not JobState.PENDING:
+            return False
+        self._dequeue(job_id)
+        self.state[job_id] = JobState.CANCELLED
+        return True
+
+    def node_down(self, name: str) -> list[str]:
+        """A node fails: it takes no new work. Returns the running jobs that had tasks on it (the world stops
+        them and reports each with `stopped`)."""
+        node = self.cluster.index[name]
+        self.cluster.set_health(node, False)
+        return [jid for jid, run in self.running.items() if node in run.alloc.nodes]
+
+    def node_up(self, name: str) -> None:
+        self.cluster.set_health(self.cluster.index[name], True)
+        self._dirty = True
+
+    # -------------------------------------------------------------------------------------------- cycle
+
+    def cycle(self, now_s: float) -> Decision:
+        """Run one scheduling cycle at `now_s` and book its starts and preemptions."""
+        if self._wake_s is not None and now_s >= self._wake_s:
+            self._dirty = True
+        if not self._dirty:
+            return Decision(wake_s=self._wake_s)
+        self.cycles_run += 1
+        ctx = self.context(now_s)
+        if self.framework.static_order:
+            queue: Iterator[tuple[tuple[Any, ...], Job]] = self._iter_queue()
+        else:
+            queue = iter(sorted(((self.framework.order_key(j, ctx), j) for j in self.pending()),
+                                key=lambda kj: (kj[0], kj[1].submit_s)))
+
+        def on_start(job: Job, alloc: Allocation) -> None:
+            self._dequeue(job.id)
+            self.state[job.id] = JobState.RUNNING
+            self.running[job.id] = RunningJob(job, alloc, now_s, self.prior_executed_s.pop(job.id, 0.0),
+                                              self.prior_attained_gpu_s.pop(job.id, 0.0))
+
+        def on_preempt(job_id: str) -> None:
+            run = self.running.pop(job_id)  # its allocation was released in the framework's Txn
+            self._book_stop(run, now_s, None)
+            self._enqueue(run.job, now_s)
+
+        decision = self.framework.cycle(ctx, queue, on_start, on_preempt)
+        self._wake_s = decision.wake_s
+        self._dirty = False
+        return decision
+
+    def context(self, now_s: float) -> CycleContext:
+        return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
+                            self.prior_executed_s, self.rng)
+
+    def pending(self) -> list[Job]:
+        """Pending jobs in queue order (for a static order) or arrival order."""
+        return list(_PendingView(self))
+
+    # -------------------------------------------------------------------------------------------- books
+
+    def _iter_queue(self) -> Iterator[tuple[tuple[Any, ...], Job]]:
+        # a snapshot: the cycle removes started jobs from the queue while iterating
+        for key, _, jid in list(self._queue):
+            if jid in self._queued:
+                yield key, self.jobs[jid]
+
+    def _enqueue(self, job: Job, now_s: float) -> None:
+        self.state[job.id] = JobState.PENDING
+        key = self.framework.order_key(job, self.context(now_s)) if self.framework.static_order else ()
+        entry = (key, next(self._seq), job.id)
+        bisect.insort(self._queue, entry)
+        self._queued[job.id] = entry
+        self._dirty = True
+
+    def _dequeue(self, job_id: str) -> None:
+        entry = self._queued.pop(job_id)
+        del self._queue[bisect.bisect_left(self._queue, entry)]
+
+    def _book_stop(self, run: RunningJob, now_s: float, executed_s: float | None) -> None:
+        elapsed = now_s - run.start_s
+        jid = run.job.id
+        self.prior_attained_gpu_s[jid] = run.prior_attained_gpu_s + run.alloc.gpus * elapsed
+        self.prior_executed_s[jid] = run.prior_executed_s + elapsed if executed_s is None else executed_s
+
+
+class _PendingView(Sequence[Job]):
+    """The pending jobs as a read-only sequence, without copying the queue."""
+
+    def __init__(self, scheduler: Scheduler) -> None:
+        self._s = scheduler
+
+    def __len__(self) -> int:
+        return len(self._s._queue)
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if isinstance(i, slice):
+            return [self._s.jobs[e[2]] for e in self._s._queue[i]]
+        return self._s.jobs[self._s._queue[i][2]]
