@@ -139,6 +139,9 @@ class Plugin:
         -> Allocation | None     on each node (`fit`, 0 where a filter failed); None: the job waits.
     preempt(job, ctx)            for a job that does not fit: the running jobs to stop so it can; the first plugin
         -> list[str] | None      with an answer wins. The framework commits the victims only if the job then fits.
+                                 Victims are ordered after the job, and an answer is monotone: if no victims are
+                                 found for a job, none are for a later job asking for as many GPUs or more (the
+                                 framework then stops asking, so a long queue costs one failed attempt per cycle).
     backfill(job, ctx)           for a job that still cannot start: a Reservation or None; the first answer wins.
         -> Reservation | None    A reservation's GPUs are kept from jobs ordered after it.
     close(ctx, decision)         every plugin, once at the end of the cycle; may return a wake-up time; the
@@ -393,11 +396,15 @@ class Framework:
             self._refresh_running_keys(ctx)
             ctx.running_keys = self._running_keys
         worst_running = max(ctx.running_keys.values(), default=None)
+        fail_gpus = math.inf  # the smallest job whose preemption attempt failed in this cycle
         for key, job in queue:
             free_for_job = cluster.free_gpus_total - reserved_total
-            may_preempt = bool(self.preempt) and worst_running is not None and key < worst_running
+            outranks = worst_running is not None and key < worst_running
+            may_preempt = outranks and job.gpus < fail_gpus and bool(self.preempt)
             if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
-                break
+                if not outranks or fail_gpus <= 1 or not self.preempt:
+                    break  # no job after this one can start or preempt either
+                continue
             status = self._admit(job, ctx)
             if not status.success:
                 decision.waiting[job.id] = status
@@ -414,6 +421,8 @@ class Framework:
                     alloc = self.try_place(job, ctx)
             if alloc is None and may_preempt:
                 alloc = self._preempt_for(job, ctx, decision, on_preempt)
+                if alloc is None:
+                    fail_gpus = job.gpus
             if alloc is not None:
                 with cluster.txn() as txn:
                     txn.allocate(alloc)
@@ -448,10 +457,11 @@ class Framework:
 
     def _preempt_for(self, job: Job, ctx: CycleContext, decision: Decision,
                      on_preempt: Callable[[str], None]) -> Allocation | None:
+        started = {j.id for j, _ in decision.starts}
         for plugin in self.preempt:
             victims = plugin.preempt(job, ctx)
-            if not victims:
-                continue
+            if not victims or any(ctx.running[v].start_s == ctx.now_s and v in started for v in victims):
+                continue  # a job started in this very cycle is never stopped by it
             with ctx.cluster.txn() as txn:
                 for victim in victims:
                     txn.release(ctx.running[victim].alloc)

@@ -36,6 +36,7 @@ class RunRecord:
 
     start_s: float
     nodes: list[str]
+    node_tasks: list[int]
     gpus: int
     racks: int
     progress_from_s: float
@@ -96,7 +97,8 @@ class Recorder:
         nodes = self.cluster.nodes
         names = [nodes[int(i)].name for i in alloc.nodes]
         racks = len(np.unique(self.cluster.rack_idx[alloc.nodes]))
-        run = RunRecord(now_s, names, alloc.gpus, racks, progress_from_s, slowdown=slowdown)
+        run = RunRecord(now_s, names, [int(c) for c in alloc.counts], alloc.gpus, racks, progress_from_s,
+                        slowdown=slowdown)
         rec.runs.append(run)
         rec.state = JobState.RUNNING
         self._open_runs[job.id] = (run, alloc)
@@ -409,7 +411,8 @@ def _job_json(rec: JobRecord) -> dict[str, Any]:
         "preemptions": rec.preemptions,
         "end": rec.end_s,
         "runs": [
-            {"start": run.start_s, "end": run.end_s, "nodes": run.nodes, "outcome": run.outcome,
+            {"start": run.start_s, "end": run.end_s, "nodes": run.nodes, "node_tasks": run.node_tasks,
+             "outcome": run.outcome,
              "useful_s": _r(run.useful_s), "progress_from": run.progress_from_s, "slowdown": run.slowdown}
             for run in rec.runs
         ],

@@ -43,11 +43,13 @@ class Scheduler:
         self._dirty = True
         self._wake_s: float | None = None
         self.cycles_run = 0  # cycles that ran the plugins (the others found nothing changed)
+        self._now_s = 0.0
 
     # -------------------------------------------------------------------------------------------- events
 
     def submit(self, job: Job, now_s: float) -> None:
         """A new job arrives; it waits in the queue until a cycle starts it."""
+        self._now_s = now_s
         if job.id in self.jobs:
             raise ValueError(f"job {job.id!r} was already submitted")
         self.jobs[job.id] = job
@@ -75,6 +77,9 @@ class Scheduler:
         if self.state.get(job_id) is not JobState.PENDING:
             raise ValueError(f"job {job_id!r} is not pending")
         self.prior_executed_s[job_id] = executed_s
+        if self.framework.static_order:  # its key may depend on the progress it kept (srtf): sort it again
+            self._dequeue(job_id)
+            self._enqueue(self.jobs[job_id], self._now_s)
 
     def cancel(self, job_id: str, now_s: float) -> bool:
         """Cancel a pending job (True), or say it is not pending (False: the world stops a running one)."""
@@ -104,6 +109,7 @@ class Scheduler:
         if not self._dirty:
             return Decision(wake_s=self._wake_s)
         self.cycles_run += 1
+        self._now_s = now_s
         ctx = self.context(now_s)
         if self.framework.static_order:
             queue: Iterator[tuple[tuple[Any, ...], Job]] = self._iter_queue()

@@ -1,0 +1,36 @@
+"""trimtab: a job scheduler for shared GPU clusters that keeps throughput steady, with a trace-driven simulator.
+
+The public surface is what `__all__` names; everything else is private to the package."""
+
+from trimtab.cluster import Allocation, ClusterState, Txn
+from trimtab.framework import CycleContext, Decision, Plugin, Profile, Registry, Reservation, Status
+from trimtab.model import Job, JobState, Node, Outcome, Resources, Taint
+from trimtab.plugins import default_registry
+from trimtab.scheduler import Scheduler
+from trimtab.sim.run import SimConfig, compare, simulate
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Allocation",
+    "ClusterState",
+    "CycleContext",
+    "Decision",
+    "Job",
+    "JobState",
+    "Node",
+    "Outcome",
+    "Plugin",
+    "Profile",
+    "Registry",
+    "Reservation",
+    "Resources",
+    "Scheduler",
+    "SimConfig",
+    "Status",
+    "Taint",
+    "Txn",
+    "compare",
+    "default_registry",
+    "simulate",
+]

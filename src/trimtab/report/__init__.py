@@ -1,0 +1,7 @@
+"""Reports of simulated runs: the comparison table (for the terminal and HTML), matplotlib figures and a
+self-contained HTML page."""
+
+from trimtab.report.html import write_report
+from trimtab.report.table import COLUMNS, Column, best_per_column
+
+__all__ = ["COLUMNS", "Column", "best_per_column", "write_report"]

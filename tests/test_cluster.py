@@ -1,0 +1,73 @@
+"""ClusterState and Txn: capacity is never exceeded, and a transaction is all or nothing."""
+
+import numpy as np
+import pytest
+
+from builders import nodes
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.model import Node, Resources
+
+
+def alloc(node_idx, counts, gpus=1):
+    return Allocation(np.array(node_idx), np.array(counts), Resources(gpus=gpus))
+
+
+def test_fit_counts_take_every_resource_and_health_into_account():
+    state = ClusterState([Node("a", Resources(8, 16_000, 1024)), Node("b", Resources(4, 64_000, 4096))])
+    assert state.fit_counts(Resources(gpus=2, cpu_milli=4_000, mem_mib=512)).tolist() == [2, 2]
+    state.set_health(1, False)
+    assert state.fit_counts(Resources(gpus=1)).tolist() == [8, 0]
+    assert state.free_gpus_total == 8
+
+
+def test_allocation_beyond_capacity_is_refused_and_changes_nothing():
+    """Over-allocating a node raises and leaves the free counts as they were."""
+    state = ClusterState(nodes(2, gpus=4))
+    state.allocate(alloc([0], [3]))
+    with pytest.raises(ValueError, match="over-allocate node n000"):
+        state.allocate(alloc([1, 0], [1, 2]))
+    assert state.free_gpus.tolist() == [1, 4]
+    assert state.free_gpus_total == 5
+
+
+def test_release_more_than_allocated_is_refused():
+    state = ClusterState(nodes(1, gpus=4))
+    with pytest.raises(ValueError, match="release more"):
+        state.release(alloc([0], [1]))
+
+
+def test_txn_discards_everything_unless_committed():
+    """A gang placed in a Txn that is not committed leaves no trace: never a half-placed gang."""
+    state = ClusterState(nodes(3, gpus=8))
+    with state.txn() as txn:
+        txn.allocate(alloc([0, 1], [8, 8]))
+        assert state.free_gpus_total == 8
+    assert state.free_gpus.tolist() == [8, 8, 8]
+    with state.txn() as txn:
+        txn.allocate(alloc([2], [4]))
+        txn.commit()
+    assert state.free_gpus.tolist() == [8, 8, 4]
+    with pytest.raises(RuntimeError):
+        txn.allocate(alloc([0], [1]))
+
+
+def test_txn_undoes_releases_too():
+    state = ClusterState(nodes(1, gpus=8))
+    state.allocate(alloc([0], [6]))
+    with state.txn() as txn:
+        txn.release(alloc([0], [6]))
+        txn.allocate(alloc([0], [8]))
+        txn.discard()
+    assert state.free_gpus.tolist() == [2]
+
+
+def test_duplicate_node_names_are_an_error():
+    with pytest.raises(ValueError, match="duplicate node names: a"):
+        ClusterState([Node("a", Resources(1)), Node("a", Resources(1))])
+
+
+def test_label_and_model_masks():
+    state = ClusterState([Node("a", Resources(1), gpu_model="v100", labels={"zone": "x"}),
+                          Node("b", Resources(1), gpu_model="k80", labels={"zone": "y"})])
+    assert state.label_mask("zone", "y").tolist() == [False, True]
+    assert state.model_mask(["v100"]).tolist() == [True, False]

@@ -1,0 +1,188 @@
+"""Scheduler stories: queue order, head-of-line blocking, gangs, packing, preemption, wake-ups."""
+
+import pytest
+
+from builders import job, nodes
+from trimtab.cluster import ClusterState
+from trimtab.framework import Plugin, Profile, Registry
+from trimtab.model import JobState
+from trimtab.plugins import default_registry
+from trimtab.scheduler import Scheduler
+
+
+def sched(policy="fifo-backfill", n=1, gpus=8, **kw):
+    return Scheduler(ClusterState(nodes(n, gpus=gpus)), policy, **kw)
+
+
+def started(decision):
+    return [j.id for j, _ in decision.starts]
+
+
+def test_strict_fifo_head_blocks_the_queue_but_fifo_backfill_skips_it():
+    """Under fifo a job that does not fit holds back the small job behind it; fifo-backfill lets it through."""
+    for policy, expect in [("fifo", []), ("fifo-backfill", ["small"])]:
+        s = sched(policy)
+        s.submit(job("big0", 4), 0)
+        assert started(s.cycle(0)) == ["big0"]
+        s.submit(job("big1", 8, submit_s=1), 1)
+        s.submit(job("small", 2, submit_s=2), 2)
+        assert started(s.cycle(2)) == expect, policy
+
+
+def test_a_gang_is_never_half_placed():
+    """A 12-GPU gang with only 10 GPUs free waits whole; it starts whole when 12 are free."""
+    s = sched(n=2, gpus=8)
+    s.submit(job("a", 3), 0)
+    s.submit(job("b", 3), 0)
+    assert started(s.cycle(0)) == ["a", "b"]
+    s.submit(job("gang", 12, submit_s=1), 1)
+    d = s.cycle(1)
+    assert d.starts == [] and s.state["gang"] is JobState.PENDING
+    assert s.cluster.free_gpus.tolist() == [2, 8]  # a and b were packed on one node
+    s.stopped("a", 5, JobState.COMPLETED)
+    d = s.cycle(5)
+    assert started(d) == ["gang"] and d.starts[0][1].gpus == 12
+
+
+def test_pack_puts_a_gang_on_the_fewest_nodes_best_fit():
+    """A 4-GPU job goes where it leaves the least free; a 12-GPU gang fills a whole node and best-fits the rest."""
+    s = sched(n=3, gpus=8)
+    for jid, g in [("x", 4), ("y", 2)]:
+        s.submit(job(jid, g), 0)
+    s.cycle(0)  # x and y both packed on node 0: free [2, 8, 8]
+    assert s.cluster.free_gpus.tolist() == [2, 8, 8]
+    s.submit(job("z", 2, submit_s=1), 1)
+    s.cycle(1)
+    assert s.cluster.free_gpus.tolist() == [0, 8, 8]
+    s.submit(job("g", 12, submit_s=2), 2)
+    (_, a), = s.cycle(2).starts
+    assert a.nodes.tolist() == [1, 2] and sorted(a.counts.tolist()) == [4, 8]
+
+
+def test_las_new_job_preempts_a_demoted_one_but_never_its_own_queue():
+    """Under las, a job past 3250 GPU-seconds is in queue 1: a new job (queue 0) takes its GPUs. Two queue-0 jobs
+    never preempt each other, whatever their arrival order."""
+    s = sched("las", gpus=4)
+    s.submit(job("old", 4, duration_s=10_000), 0)
+    d = s.cycle(0)
+    assert started(d) == ["old"]
+    assert d.wake_s == pytest.approx(3250 / 4)  # when `old` crosses into queue 1
+    s.submit(job("new", 2, submit_s=100), 100)
+    assert s.cycle(100).preemptions == []  # same queue: no preemption
+    d = s.cycle(3250 / 4)
+    assert d.preemptions == ["old"] and started(d) == ["new"]
+    assert s.state["old"] is JobState.PENDING
+
+
+def test_las_keeps_attained_service_across_runs():
+    s = sched("las", gpus=1)
+    s.submit(job("a", 1, duration_s=10_000), 0)
+    s.cycle(0)
+    s.submit(job("b", 1, submit_s=3300, duration_s=10), 3300)
+    d = s.cycle(3300)
+    assert d.preemptions == ["a"]
+    ctx = s.context(3300)
+    assert ctx.attained_gpu_s("a") == pytest.approx(3300)
+    assert ctx.executed_s("a") == pytest.approx(3300)
+
+
+def test_priority_preempts_only_strictly_lower_priority_and_only_as_much_as_needed():
+    """Equal priority never preempts; a higher one stops the fewest lower jobs, lowest priority first."""
+    s = sched("priority", gpus=8)
+    s.submit(job("low", 2, priority=0), 0)
+    s.submit(job("mid-a", 4, priority=5), 0)
+    s.submit(job("mid-b", 2, priority=5), 0)
+    s.cycle(0)
+    s.submit(job("peer", 2, priority=5, submit_s=1), 1)
+    d = s.cycle(1)
+    assert d.preemptions == ["low"] and started(d) == ["peer"]
+    s.submit(job("peer2", 2, priority=5, submit_s=2), 2)
+    assert s.cycle(2).preemptions == []  # only equal-priority jobs run now
+    s.submit(job("high", 4, priority=10, submit_s=3), 3)
+    d = s.cycle(3)
+    assert d.preemptions == ["mid-a"]  # the fewest victims: one job of 4 GPUs, not two of 2
+    assert started(d) == ["high"]
+
+
+def test_srtf_runs_the_shortest_remaining_first():
+    s = sched("srtf", gpus=1)
+    s.submit(job("long", 1, duration_s=1000), 0)
+    s.cycle(0)
+    s.submit(job("short", 1, submit_s=10, duration_s=50), 10)
+    d = s.cycle(10)
+    assert d.preemptions == ["long"] and started(d) == ["short"]
+
+
+def test_cycle_is_skipped_when_nothing_changed():
+    s = sched()
+    s.submit(job("a", 8), 0)
+    s.cycle(0)
+    ran = s.cycles_run
+    s.cycle(1)
+    assert s.cycles_run == ran
+
+
+def test_node_down_reports_the_jobs_on_it_and_takes_no_new_work():
+    s = sched(n=2, gpus=8)
+    s.submit(job("a", 8), 0)
+    s.cycle(0)
+    assert s.node_down("n000") == ["a"]
+    s.stopped("a", 1, JobState.PENDING)
+    d = s.cycle(1)
+    assert started(d) == ["a"] and d.starts[0][1].nodes.tolist() == [1]
+
+
+def test_cancel_a_pending_job():
+    s = sched(gpus=1)
+    s.submit(job("a"), 0)
+    s.submit(job("b"), 0)
+    s.cycle(0)
+    assert s.cancel("b", 1) and s.state["b"] is JobState.CANCELLED
+    assert not s.cancel("a", 1)
+
+
+def test_gpu_model_and_node_selector_filters():
+    from trimtab.model import Node, Resources
+    cluster = ClusterState([Node("k", Resources(8), gpu_model="k80"),
+                            Node("v", Resources(8), gpu_model="v100", labels={"team": "x"})])
+    s = Scheduler(cluster, "fifo-backfill")
+    s.submit(job("needs-v100", 2, gpu_models=("v100",)), 0)
+    s.submit(job("needs-team-x", 2, node_selector={"team": "x"}), 0)
+    s.submit(job("needs-a100", 1, gpu_models=("a100",)), 0)
+    d = s.cycle(0)
+    assert {j.id: a.nodes.tolist() for j, a in d.starts} == {"needs-v100": [1], "needs-team-x": [1]}
+
+
+def test_a_plugin_from_a_custom_registry():
+    """A user's plugin, registered by name, orders the queue (largest job first here)."""
+
+    class Largest(Plugin):
+        def order_key(self, job, ctx):
+            return -job.gpus
+
+    registry = default_registry()
+    registry.register("largest", Largest)
+    s = Scheduler(ClusterState(nodes(1, gpus=8)), Profile(name="mine", order=["largest", "fifo"]), registry)
+    s.submit(job("one", 1), 0)
+    s.submit(job("eight", 8), 0)
+    assert started(s.cycle(0)) == ["eight"]
+    with pytest.raises(ValueError, match="already registered"):
+        registry.register("largest", Largest)
+
+
+def test_profiles_load_by_name_and_from_yaml_with_clear_errors(tmp_path):
+    assert {"fifo", "fifo-backfill", "sjf", "srtf", "las", "priority"} <= set(Profile.builtin_names())
+    assert Profile.load("las").preempt == ["lower-order"]
+    path = tmp_path / "p.yaml"
+    path.write_text("name: mine\norder: [priority, fifo]\nscore: {}\npreempt: [lower-priority]\n")
+    assert Profile.load(path).order == ["priority", "fifo"]
+    path.write_text("name: bad\nordr: [fifo]\n")
+    with pytest.raises(ValueError, match=r"p\.yaml: ordr: Extra inputs"):
+        Profile.load(path)
+    path.write_text("name: bad\norder: [nosuch]\n")
+    with pytest.raises(ValueError, match="unknown plugin 'nosuch'"):
+        Scheduler(ClusterState(nodes()), Profile.load(path))
+    with pytest.raises(ValueError, match="unknown policy 'nosuch'"):
+        Profile.load("nosuch")
+    with pytest.raises(ValueError, match="bad arguments"):
+        Registry({"fifo": default_registry()._factories["fifo"]}).create("fifo", {"x": 1})
