@@ -22,7 +22,7 @@ from trimtab.sim.run import SimConfig, compare, simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="trimtab: a GPU-cluster scheduler that keeps throughput steady, and its simulator.")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 200)
 
 DEMO_CLUSTER = "2r8x8"
 DEMO_WORKLOAD = "synthetic:jobs=3000,seed=1,load=0.9"

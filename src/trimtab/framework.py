@@ -48,6 +48,7 @@ class Status:
 
 
 _OK = Status(Code.SUCCESS)
+_DOES_NOT_FIT = Status(Code.WAIT, "does not fit now")
 
 
 @dataclass(slots=True)
@@ -338,9 +339,10 @@ class Framework:
         if self.dynamic_running_keys:
             self._running_keys = {jid: self.order_key(run.job, ctx) for jid, run in ctx.running.items()}
             return
-        for job_id, run in ctx.running.items():
-            if job_id not in self._running_keys:
-                self._cache_running_key(run.job, ctx)
+        if len(self._running_keys) != len(ctx.running):  # jobs started outside a cycle (e.g. re-adopted)
+            for job_id, run in ctx.running.items():
+                if job_id not in self._running_keys:
+                    self._cache_running_key(run.job, ctx)
         heap = self._key_expiry
         while heap and heap[0][0] <= ctx.now_s:
             _, job_id = heapq.heappop(heap)
@@ -376,39 +378,47 @@ class Framework:
             raise RuntimeError(f"place plugin {self.placer.name!r} returned an infeasible allocation for {job.id}")
         return alloc
 
-    def cycle(self, ctx: CycleContext, queue: Iterable[tuple[tuple[Any, ...], Job]],
+    def cycle(self, ctx: CycleContext, queue: Iterable[tuple[tuple[Any, ...], Job, Any]], blocked: set[Any],
               on_start: Callable[[Job, Allocation], None], on_preempt: Callable[[str], None]) -> Decision:
-        """One scheduling cycle over `queue`: the pending jobs with their order keys, lowest key first.
+        """One scheduling cycle over `queue`: the pending jobs with their order keys and request shapes, lowest key
+        first. When a job cannot start, its shape goes into `blocked`, and the queue may skip the jobs of that
+        shape ordered after it (they cannot start either: same request, fewer GPUs left).
 
         Jobs are taken in order; each is placed whole inside a Txn or not at all. A job that does not fit may
         preempt running jobs ordered after it (victims are stopped only if the job then fits), and may reserve
         (later jobs keep off the reserved GPUs). The cycle ends early once no GPU is free and no running job is
-        ordered after the next job, because nothing later in the queue could start. `on_start` / `on_preempt`
-        let the Scheduler update its books as each answer is committed."""
+        ordered after the next job, because nothing later in the queue could start. A job stopped in this cycle
+        does not start again in it. `on_start` / `on_preempt` let the Scheduler update its books as each answer
+        is committed."""
         decision = Decision()
         cluster = ctx.cluster
-        for plugin in self.plugins:
-            plugin.open(ctx)
-        reserved = np.zeros(len(cluster), dtype=np.int64)
-        reserved_total = 0
         ctx.order_key = lambda job: self.order_key(job, ctx)
         if self.preempt:
             self._refresh_running_keys(ctx)
             ctx.running_keys = self._running_keys
+        for plugin in self.plugins:
+            plugin.open(ctx)
+        reserved = np.zeros(len(cluster), dtype=np.int64)
+        reserved_total = 0
         worst_running = max(ctx.running_keys.values(), default=None)
         fail_gpus = math.inf  # the smallest job whose preemption attempt failed in this cycle
-        for key, job in queue:
+        has_admit, has_preempt, has_backfill = bool(self.admit), bool(self.preempt), bool(self.backfill)
+        for key, job, shape in queue:
             free_for_job = cluster.free_gpus_total - reserved_total
             outranks = worst_running is not None and key < worst_running
-            may_preempt = outranks and job.gpus < fail_gpus and bool(self.preempt)
+            may_preempt = has_preempt and outranks and job.gpus < fail_gpus
             if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
-                if not outranks or fail_gpus <= 1 or not self.preempt:
+                if not outranks or fail_gpus <= 1 or not has_preempt:
                     break  # no job after this one can start or preempt either
+                blocked.add(shape)
                 continue
-            status = self._admit(job, ctx)
-            if not status.success:
-                decision.waiting[job.id] = status
+            if decision.preemptions and job.id in decision.preemptions:
                 continue
+            if has_admit:
+                status = self._admit(job, ctx)
+                if not status.success:
+                    decision.waiting[job.id] = status
+                    continue
             alloc = None
             if job.gpus <= free_for_job:
                 if reserved_total:
@@ -429,10 +439,13 @@ class Framework:
                     txn.commit()
                 decision.starts.append((job, alloc))
                 on_start(job, alloc)
-                if self.preempt:
+                if has_preempt:
                     self._cache_running_key(job, ctx)
                 continue
-            decision.waiting[job.id] = Status(Code.WAIT, "does not fit", self.placer.name)
+            blocked.add(shape)
+            decision.waiting[job.id] = _DOES_NOT_FIT
+            if not has_backfill:
+                continue
             reservation = next((r for p in self.backfill if (r := p.backfill(job, ctx)) is not None), None)
             if reservation is not None:
                 decision.reservations.append(reservation)

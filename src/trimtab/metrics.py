@@ -235,7 +235,7 @@ class Recorder:
         for rec in jobs:
             for run in rec.runs:
                 gpu_s = run.gpus * (run.end_s - run.start_s)
-                wasted_gpu_s += gpu_s - run.gpus * run.useful_s * run.slowdown
+                wasted_gpu_s += max(gpu_s - run.gpus * run.useful_s * run.slowdown, 0.0)
                 if rec.job.tasks > 1:
                     gang_gpu_s += gpu_s
                     if len(run.nodes) > 1:

@@ -7,10 +7,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
-from types import MappingProxyType
-
-_EMPTY: Mapping[str, str] = MappingProxyType({})
-
 
 class JobState(StrEnum):
     """Where a job is in its life. COMPLETED, FAILED and CANCELLED are terminal."""
@@ -66,7 +62,7 @@ class Node:
     capacity: Resources
     gpu_model: str = ""
     rack: str = "rack-0"
-    labels: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
 
     def __post_init__(self) -> None:
@@ -91,9 +87,11 @@ class Job:
     priority: int = 0
     gpu_models: tuple[str, ...] = ()  # allowed GPU models; empty means any
     job_type: str = ""
-    node_selector: Mapping[str, str] = field(default_factory=lambda: _EMPTY)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    gpus: int = field(init=False, repr=False, compare=False)  # GPUs of the whole gang (tasks x task.gpus)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "gpus", self.tasks * self.task.gpus)
         if not self.id:
             raise ValueError("Job.id must not be empty")
         if self.tasks < 1:
@@ -103,7 +101,3 @@ class Job:
         if self.duration_s is not None and self.duration_s < 0:
             raise ValueError(f"job {self.id}: duration_s must be >= 0, got {self.duration_s}")
 
-    @property
-    def gpus(self) -> int:
-        """GPUs of the whole gang."""
-        return self.tasks * self.task.gpus

@@ -5,6 +5,7 @@ No I/O, no wall clock, no global randomness: the world passes the time in and a 
 from __future__ import annotations
 
 import bisect
+import heapq
 import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
@@ -14,6 +15,64 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
 from trimtab.model import Job, JobState
+
+
+Shape = tuple[Any, ...]
+Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
+
+
+def shape_of(job: Job) -> Shape:
+    """What makes two jobs interchangeable for placement: the gang size, the task request and the constraints."""
+    return (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())))
+
+
+class ShapeQueue:
+    """Pending jobs grouped by request shape, each group sorted by (order key, arrival). A cycle walks the groups'
+    heads merged in key order; a group whose head could not start is skipped for the rest of the cycle, because a
+    job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue)."""
+
+    def __init__(self) -> None:
+        self._groups: dict[Shape, list[Entry]] = {}
+        self._where: dict[str, tuple[Shape, Entry]] = {}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._where
+
+    def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
+        shape = shape_of(job)
+        entry = (key, seq, job.id)
+        bisect.insort(self._groups.setdefault(shape, []), entry)
+        self._where[job.id] = (shape, entry)
+
+    def remove(self, job_id: str) -> None:
+        shape, entry = self._where.pop(job_id)
+        group = self._groups[shape]
+        del group[bisect.bisect_left(group, entry)]
+        if not group:
+            del self._groups[shape]
+
+    def ordered(self) -> Iterator[Entry]:
+        """Every pending entry in queue order."""
+        return heapq.merge(*self._groups.values())
+
+    def walk(self, blocked: set[Shape]) -> Iterator[tuple[Entry, Shape]]:
+        """Entries in queue order for one cycle. After each entry the caller may add its shape to `blocked` to
+        skip the rest of that group; entries may be removed (started) or added meanwhile."""
+        heap = [(group[0], shape) for shape, group in self._groups.items()]
+        heapq.heapify(heap)
+        while heap:
+            entry, shape = heapq.heappop(heap)
+            yield entry, shape
+            if shape in blocked:
+                continue
+            group = self._groups.get(shape)
+            if group:
+                i = bisect.bisect_right(group, entry)
+                if i < len(group):
+                    heapq.heappush(heap, (group[i], shape))
 
 
 class Scheduler:
@@ -37,8 +96,7 @@ class Scheduler:
         self.running: dict[str, RunningJob] = {}
         self.prior_attained_gpu_s: dict[str, float] = {}
         self.prior_executed_s: dict[str, float] = {}
-        self._queue: list[tuple[tuple[Any, ...], int, str]] = []  # (order key, seq, job id), sorted
-        self._queued: dict[str, tuple[tuple[Any, ...], int, str]] = {}
+        self._queue = ShapeQueue()
         self._seq = itertools.count()
         self._dirty = True
         self._wake_s: float | None = None
@@ -111,11 +169,14 @@ class Scheduler:
         self.cycles_run += 1
         self._now_s = now_s
         ctx = self.context(now_s)
+        blocked: set[Shape] = set()
         if self.framework.static_order:
-            queue: Iterator[tuple[tuple[Any, ...], Job]] = self._iter_queue()
+            queue: Iterator[tuple[tuple[Any, ...], Job, Shape]] = (
+                (entry[0], self.jobs[entry[2]], shape) for entry, shape in self._queue.walk(blocked))
         else:
-            queue = iter(sorted(((self.framework.order_key(j, ctx), j) for j in self.pending()),
-                                key=lambda kj: (kj[0], kj[1].submit_s)))
+            jobs = [self.jobs[e[2]] for e in self._queue.ordered()]
+            queue = iter(sorted(((self.framework.order_key(j, ctx), j, shape_of(j)) for j in jobs),
+                                key=lambda kjs: (kjs[0], kjs[1].submit_s)))
 
         def on_start(job: Job, alloc: Allocation) -> None:
             self._dequeue(job.id)
@@ -128,7 +189,7 @@ class Scheduler:
             self._book_stop(run, now_s, None)
             self._enqueue(run.job, now_s)
 
-        decision = self.framework.cycle(ctx, queue, on_start, on_preempt)
+        decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt)
         self._wake_s = decision.wake_s
         self._dirty = False
         return decision
@@ -143,23 +204,14 @@ class Scheduler:
 
     # -------------------------------------------------------------------------------------------- books
 
-    def _iter_queue(self) -> Iterator[tuple[tuple[Any, ...], Job]]:
-        # a snapshot: the cycle removes started jobs from the queue while iterating
-        for key, _, jid in list(self._queue):
-            if jid in self._queued:
-                yield key, self.jobs[jid]
-
     def _enqueue(self, job: Job, now_s: float) -> None:
         self.state[job.id] = JobState.PENDING
         key = self.framework.order_key(job, self.context(now_s)) if self.framework.static_order else ()
-        entry = (key, next(self._seq), job.id)
-        bisect.insort(self._queue, entry)
-        self._queued[job.id] = entry
+        self._queue.add(job, key, next(self._seq))
         self._dirty = True
 
     def _dequeue(self, job_id: str) -> None:
-        entry = self._queued.pop(job_id)
-        del self._queue[bisect.bisect_left(self._queue, entry)]
+        self._queue.remove(job_id)
 
     def _book_stop(self, run: RunningJob, now_s: float, executed_s: float | None) -> None:
         elapsed = now_s - run.start_s
@@ -169,15 +221,19 @@ class Scheduler:
 
 
 class _PendingView(Sequence[Job]):
-    """The pending jobs as a read-only sequence, without copying the queue."""
+    """The pending jobs in queue order as a read-only sequence, built only if a plugin reads it."""
 
     def __init__(self, scheduler: Scheduler) -> None:
         self._s = scheduler
+        self._jobs: list[Job] | None = None
 
     def __len__(self) -> int:
         return len(self._s._queue)
 
+    def __iter__(self) -> Iterator[Job]:
+        return (self._s.jobs[e[2]] for e in self._s._queue.ordered())
+
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
-        if isinstance(i, slice):
-            return [self._s.jobs[e[2]] for e in self._s._queue[i]]
-        return self._s.jobs[self._s._queue[i][2]]
+        if self._jobs is None:
+            self._jobs = list(self)
+        return self._jobs[i]

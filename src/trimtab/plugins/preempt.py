@@ -40,10 +40,18 @@ class LowerOrder(Plugin):
             raise ValueError("key_depth must be >= 1")
         self.min_runtime_s = float(min_runtime_s)
         self.key_depth = key_depth
+        self._worst: tuple[object, ...] | None = None
+
+    def open(self, ctx: CycleContext) -> None:
+        self._worst = None  # the worst running key prefix, computed on the first call of the cycle
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
         key = ctx.order_key(job)[:depth]
+        if self._worst is None:
+            self._worst = max((k[:depth] for k in ctx.running_keys.values()), default=())
+        if not key < self._worst:
+            return None
         ranked = sorted(
             (k, ctx.running[jid].start_s, jid)
             for jid, k in ctx.running_keys.items()

@@ -4,6 +4,7 @@ which runs several policies on the same cluster and workload, in parallel on the
 from __future__ import annotations
 
 import math
+import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable, Sequence
@@ -165,14 +166,18 @@ def simulate(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile | str,
     return {"policy": profile.name, "config": asdict(config), **result}
 
 
-def _simulate_one(args: tuple[Sequence[Node], Sequence[Job], Profile, SimConfig]) -> dict[str, Any]:
-    return simulate(*args)
+_SHARED: list[tuple[Sequence[Node], Sequence[Job], Profile, SimConfig]] = []
+
+
+def _simulate_shared(index: int) -> dict[str, Any]:
+    return simulate(*_SHARED[index])
 
 
 def compare(nodes: Sequence[Node], jobs: Sequence[Job], policies: Sequence[Profile | str],
             config: SimConfig | None = None, workers: int | None = None) -> dict[str, dict[str, Any]]:
     """Run each policy on the same cluster and workload; returns run records by policy name, in the given order.
-    Runs go to separate processes, up to `workers` (default: the local cores) at a time."""
+    Runs go to forked processes, up to `workers` (default: the local cores) at a time; the inputs are inherited,
+    not pickled, so a large trace costs nothing to hand over."""
     config = config or SimConfig()
     profiles = [p if isinstance(p, Profile) else Profile.load(p) for p in policies]
     names = [p.name for p in profiles]
@@ -180,9 +185,13 @@ def compare(nodes: Sequence[Node], jobs: Sequence[Job], policies: Sequence[Profi
         raise ValueError(f"policies named twice: {names}")
     workers = min(workers or os.cpu_count() or 1, len(profiles))
     tasks = [(nodes, jobs, p, config) for p in profiles]
-    if workers <= 1:
-        results = [_simulate_one(t) for t in tasks]
+    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+        results = [simulate(*t) for t in tasks]
     else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            results = list(pool.map(_simulate_one, tasks))
+        _SHARED[:] = tasks
+        try:
+            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
+                results = list(pool.map(_simulate_shared, range(len(tasks))))
+        finally:
+            _SHARED.clear()
     return dict(zip(names, results, strict=True))
