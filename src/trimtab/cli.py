@@ -168,5 +168,14 @@ def policies_cmd() -> None:
     console.print(table)
 
 
+def _register_rooms() -> None:
+    from trimtab import cli_bench, cli_serve
+
+    for room in (cli_serve, cli_bench):
+        room.register(app)
+
+
+_register_rooms()
+
 if __name__ == "__main__":  # pragma: no cover
     app()

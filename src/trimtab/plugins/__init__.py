@@ -1,32 +1,22 @@
-"""Built-in policies, one small module per kind, and the default Registry that names them.
+"""Built-in policies, one small module per concern, and the default Registry that names them.
 
-A profile refers to plugins by these names; `default_registry()` builds a fresh Registry (no import-time state)."""
+Each module lists its plugins in a `PLUGINS` mapping; `default_registry()` gathers them (no import-time state)."""
 
 from __future__ import annotations
 
 from trimtab.framework import Registry
-from trimtab.plugins.backfill import Strict
-from trimtab.plugins.filters import GpuModel, NodeSelector
-from trimtab.plugins.order import Fifo, Las, Priority, Sjf, Srtf
-from trimtab.plugins.place import Pack
-from trimtab.plugins.preempt import LowerOrder, LowerPriority
+from trimtab.plugins import backfill, filters, order, place, preempt
+
+MODULES = (order, filters, place, preempt, backfill)
 
 
 def default_registry() -> Registry:
-    """A Registry with every built-in plugin."""
-    return Registry({
-        "fifo": Fifo,
-        "sjf": Sjf,
-        "srtf": Srtf,
-        "las": Las,
-        "priority": Priority,
-        "gpu-model": GpuModel,
-        "node-selector": NodeSelector,
-        "pack": Pack,
-        "lower-order": LowerOrder,
-        "lower-priority": LowerPriority,
-        "strict": Strict,
-    })
+    """A fresh Registry with every built-in plugin."""
+    registry = Registry()
+    for module in MODULES:
+        for name, factory in module.PLUGINS.items():
+            registry.register(name, factory)
+    return registry
 
 
-__all__ = ["default_registry"]
+__all__ = ["MODULES", "default_registry"]

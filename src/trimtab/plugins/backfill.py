@@ -13,3 +13,6 @@ class Strict(Plugin):
 
     def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
         return Reservation(job.id, None, None, ctx.now_s)
+
+
+PLUGINS = {"strict": Strict}

@@ -27,3 +27,6 @@ class NodeSelector(Plugin):
         for key, value in job.node_selector.items():
             mask &= ctx.cluster.label_mask(key, value)
         return mask
+
+
+PLUGINS = {"gpu-model": GpuModel, "node-selector": NodeSelector}

@@ -71,3 +71,6 @@ class Las(Plugin):
         if level >= len(self.thresholds_gpu_s):
             return math.inf
         return ctx.now_s + (self.thresholds_gpu_s[level] - attained) / run.alloc.gpus
+
+
+PLUGINS = {"fifo": Fifo, "sjf": Sjf, "srtf": Srtf, "las": Las, "priority": Priority}

@@ -46,3 +46,6 @@ class Pack(Plugin):
         nodes = cand[chosen_arr]
         sort = np.argsort(nodes)
         return Allocation(nodes[sort], counts[sort], job.task)
+
+
+PLUGINS = {"pack": Pack}

@@ -73,3 +73,6 @@ class LowerPriority(Plugin):
             if run.job.priority < job.priority and ctx.now_s - run.start_s >= self.min_runtime_s
         )
         return _fewest_victims(job, ctx, [jid for _, _, jid in ranked])
+
+
+PLUGINS = {"lower-order": LowerOrder, "lower-priority": LowerPriority}
