@@ -4,9 +4,9 @@ import json
 import subprocess
 import sys
 
-from builders import trace_path
 from typer.testing import CliRunner
 
+from builders import trace_path
 from trimtab.cli import app
 
 runner = CliRunner()

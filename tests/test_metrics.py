@@ -5,8 +5,8 @@ import math
 
 import numpy as np
 import pytest
-from builders import job, nodes
 
+from builders import job, nodes
 from trimtab.sim.run import SimConfig, simulate
 
 

@@ -1,8 +1,8 @@
 """The whole Philly-derived list (82,247 jobs) replays on 56x8 under las with no job lost."""
 
 import pytest
-from builders import trace_path
 
+from builders import trace_path
 from trimtab.sim.run import SimConfig, simulate
 from trimtab.spec.cluster import load_cluster
 from trimtab.spec.traces import load_trace

@@ -1,9 +1,11 @@
 """Tiresias's simulator is the reference for fifo and las: on its 60-job trace and one 8-GPU node our average JCT
 is the one it computes (SymbioticLab/Tiresias simulator/run_sim.py, --scheme=count)."""
 
-import pytest
-from builders import trace_path
+import itertools
 
+import pytest
+
+from builders import trace_path
 from trimtab.sim.run import SimConfig, simulate
 from trimtab.spec.cluster import load_cluster
 from trimtab.spec.traces import load_trace
@@ -29,7 +31,7 @@ def test_fifo_is_strict_head_of_line_on_the_trace():
     run = simulate(load_cluster("1x8"), jobs, "fifo", TIRESIAS_WORLD)
     starts = [(j["submit"], j["runs"][0]["start"]) for j in run["jobs"]]
     starts.sort()
-    assert all(a[1] <= b[1] for a, b in zip(starts, starts[1:], strict=False))
+    assert all(a[1] <= b[1] for a, b in itertools.pairwise(starts))
 
 
 def test_las_demotes_past_3250_gpu_seconds_and_new_jobs_preempt():

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+
 class JobState(StrEnum):
     """Where a job is in its life. COMPLETED, FAILED and CANCELLED are terminal."""
 

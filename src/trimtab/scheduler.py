@@ -16,7 +16,6 @@ from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
 from trimtab.model import Job, JobState
 
-
 Shape = tuple[Any, ...]
 Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
 
