@@ -159,6 +159,28 @@ def demo_cmd(out_dir: Annotated[Path, typer.Option(help="Where the report goes."
     _compare(DEMO_CLUSTER, DEMO_WORKLOAD, DEMO_POLICIES.split(","), out_dir, SimConfig(seed=1), None)
 
 
+@app.command("report")
+def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files written by simulate --out or compare.")],
+               out: Annotated[Path, typer.Option("--out", "-o", help="Directory of the report.")] = Path("report"),
+               ) -> None:
+    """Write the HTML report (and its PNG figures) for one or more run files."""
+    loaded: dict[str, dict[str, Any]] = {}
+    for path in runs:
+        try:
+            run = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            _fail(f"{path}: cannot read a run file: {exc}")
+        if not isinstance(run, dict) or not {"summary", "series", "jobs"} <= set(run):
+            _fail(f"{path}: not a run file (needs summary, series and jobs)")
+        name = str(run.get("policy") or path.stem)
+        while name in loaded:
+            name += "'"
+        loaded[name] = run
+    console.print(_summary_table({name: run["summary"] for name, run in loaded.items()}))
+    index = write_report(loaded, out, title="trimtab report", subtitle=", ".join(str(p) for p in runs))
+    console.print(f"report written to {index}")
+
+
 @app.command("policies")
 def policies_cmd() -> None:
     """List the built-in policies."""

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from trimtab.report.figures import completions_over_time, jct_cdf
+from trimtab.report import figures
 from trimtab.report.table import COLUMNS, best_per_column
 
 _CSS = """
@@ -23,7 +23,7 @@ img{max-width:100%;margin:1rem 0}p.meta{color:#666;font-size:.85rem}
 def write_report(runs: Mapping[str, Mapping[str, Any]], out_dir: str | Path, title: str = "trimtab report",
                  subtitle: str = "") -> Path:
     """Write `out_dir/index.html` and the PNG figures for the run records in `runs` (by policy name); returns the
-    page's path."""
+    page's path. The page is self-contained: the figures are embedded, and also written beside it as PNGs."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     summaries = {name: run["summary"] for name, run in runs.items()}
@@ -36,14 +36,19 @@ def write_report(runs: Mapping[str, Mapping[str, Any]], out_dir: str | Path, tit
             for c in COLUMNS
         )
         rows.append(f"<tr><td>{html.escape(name)}</td>{cells}</tr>")
-    figures = [
-        ("Completions over time (fluctuation shows here)", completions_over_time(runs, out / "completions.png")),
-        ("Job completion time, CDF", jct_cdf(runs, out / "jct_cdf.png")),
+    made = [
+        ("Throughput over time: completions and goodput per window, evictions and failures, queue length",
+         figures.throughput_over_time(runs, out / "throughput.png")),
+        ("GPU allocation over time", figures.allocation_over_time(runs, out / "allocation.png")),
+        ("GPUs allocated per node over time", figures.node_heatmaps(runs, out / "nodes.png")),
+        ("Job completion time and wait, CDFs", figures.cdfs(runs, out / "cdfs.png")),
+        ("Share of GPU-time per tenant", figures.tenant_shares(runs, out / "tenants.png")),
     ]
     imgs = "".join(
         f"<h2>{html.escape(caption)}</h2><img alt=\"{html.escape(caption)}\" src=\"data:image/png;base64,"
         f"{base64.b64encode(path.read_bytes()).decode()}\">"
-        for caption, path in figures
+        for caption, path in made
+        if path is not None
     )
     page = (
         f"<!doctype html><html><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
