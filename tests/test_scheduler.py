@@ -186,3 +186,21 @@ def test_profiles_load_by_name_and_from_yaml_with_clear_errors(tmp_path):
         Profile.load("nosuch")
     with pytest.raises(ValueError, match="bad arguments"):
         Registry({"fifo": default_registry()._factories["fifo"]}).create("fifo", {"x": 1})
+
+
+def test_qssf_learns_durations_from_completed_jobs_of_the_same_user():
+    """qssf knows nothing at first (arrival order); once alice's jobs are seen to be short and bob's long, a new
+    alice job goes before an earlier bob job."""
+    s = sched("qssf", gpus=1)
+    s.submit(job("b0", 1, user="bob", duration_s=5000), 0)
+    s.cycle(0)
+    s.stopped("b0", 5000, JobState.COMPLETED, executed_s=5000)
+    s.submit(job("a0", 1, submit_s=5000, user="alice", duration_s=10), 5000)
+    s.cycle(5000)
+    s.stopped("a0", 5010, JobState.COMPLETED, executed_s=10)
+    s.submit(job("filler", 1, submit_s=5010, user="carol"), 5010)
+    s.cycle(5010)  # carol's job (predicted as everyone's median) holds the GPU
+    s.submit(job("b1", 1, submit_s=5020, user="bob"), 5020)
+    s.submit(job("a1", 1, submit_s=5030, user="alice"), 5030)
+    s.stopped("filler", 5110, JobState.COMPLETED, executed_s=100)
+    assert started(s.cycle(5110)) == ["a1"]

@@ -38,6 +38,15 @@ RestartOpt = Annotated[float, typer.Option("--restart-s", help="Restart cost of 
 WindowOpt = Annotated[float, typer.Option("--window-s", help="Width of the metric windows, seconds.")]
 TimingOpt = Annotated[bool, typer.Option("--timing/--no-timing",
                                          help="Record the scheduler's wall-clock cost (not reproducible).")]
+FaultsOpt = Annotated[str, typer.Option(
+    "--faults", help="Faults: YAML path or inline, e.g. node-mtbf=7d,node-mttr=2h,gpu-mtbf=30d,job-fail=0.02,seed=1.")]
+SpeedOpt = Annotated[str, typer.Option(
+    "--speed", help="Run-time models: topology, gpus=PATH (throughput table), data[,cache-gb=..]; default reference.")]
+LoadOpt = Annotated[float, typer.Option("--load", help="Arrival-rate factor (1.5: jobs arrive 1.5x as fast).")]
+BurstOpt = Annotated[list[str] | None, typer.Option("--burst", help="Burst FACTORx@START+LENGTH, e.g. 3x@10h+1h.")]
+ManifestsOpt = Annotated[Path | None, typer.Option(
+    "--manifests", "-m", help="Kubernetes manifests (file or folder): nodes, quotas, priorities and workloads; "
+    "--cluster may add nodes.")]
 
 
 def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], list[Job]]:
@@ -52,6 +61,28 @@ def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], lis
         params.update(parse_workload_spec(workload))
         return nodes, synthetic(**params)
     return nodes, load_trace(workload)
+
+
+def load_inputs_with_manifests(cluster: str, workload: str, manifests: Path | None,
+                               seed: int) -> tuple[list[Node], list[Job], dict[str, dict[str, Any]]]:
+    """Nodes, jobs and plugin arguments: from `--cluster` and `--workload`, or from manifests (plus any nodes of
+    `--cluster`). Manifest warnings are printed."""
+    if manifests is None:
+        if not cluster or not workload:
+            raise ValueError("give --cluster and --workload, or --manifests")
+        return *load_inputs(cluster, workload, seed), {}
+    from trimtab.spec.cluster import load_cluster
+    from trimtab.spec.k8s import load_manifests
+
+    if workload:
+        raise ValueError("--workload cannot be combined with --manifests (the manifests hold the workload)")
+    m = load_manifests(manifests)
+    for warning in m.warnings:
+        console.print(f"[yellow]warning:[/yellow] {warning}")
+    nodes = m.nodes + (load_cluster(cluster) if cluster else [])
+    if not nodes:
+        raise ValueError(f"{manifests}: no Node manifests; add nodes with --cluster")
+    return nodes, m.jobs, m.profile_args()
 
 
 def _fail(message: str) -> None:
@@ -78,17 +109,19 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
 
 
 @app.command("simulate")
-def simulate_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
+def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  policy: Annotated[str, typer.Option("--policy", "-p", help="Built-in name or profile YAML.")] = "las",
                  seed: SeedOpt = 0, out: Annotated[Path | None, typer.Option(help="Write the run as JSON.")] = None,
                  checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0, window_s: WindowOpt = 3600.0,
-                 timing: TimingOpt = True) -> None:
+                 timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
+                 burst: BurstOpt = None, manifests: ManifestsOpt = None) -> None:
     """Replay a workload on a cluster under one policy and print the summary metrics."""
     try:
-        nodes, jobs = load_inputs(cluster, workload, seed)
-        profile = Profile.load(policy)
+        nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, seed)
+        profile = Profile.load(policy).with_args(plugin_args)
+        cluster = cluster or str(manifests)
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
-                           timing=timing)
+                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
     except (ValueError, OSError) as exc:
         _fail(str(exc))
     t0 = time.perf_counter()
@@ -105,6 +138,10 @@ def simulate_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
     result = {"cluster": cluster, "workload": workload, **result}
     table = Table("metric", "value", title=f"{profile.name} on {cluster}: {len(jobs)} jobs in {wall:.1f} s")
     for key, value in result["summary"].items():
+        if isinstance(value, dict):  # tenants.<namespace>: one row each
+            for name, fields in value.items():
+                table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items()))
+            continue
         table.add_row(key, "-" if value is None else str(value))
     console.print(table)
     if out:
@@ -113,24 +150,30 @@ def simulate_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
 
 
 @app.command("compare")
-def compare_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
+def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 policies: Annotated[str, typer.Option(help="Comma-separated names or YAML paths.")] = DEMO_POLICIES,
                 out_dir: Annotated[Path | None, typer.Option(help="Write <policy>.json and index.html here.")] = None,
                 seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
                 window_s: WindowOpt = 3600.0, timing: TimingOpt = True,
                 workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
-                ) -> None:
+                faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0, burst: BurstOpt = None,
+                manifests: ManifestsOpt = None) -> None:
     """Run several policies on the same cluster and workload; print one table, best value per column marked."""
-    _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir,
-             SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
-                       timing=timing), workers)
+    try:
+        config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
+                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir, config, workers,
+             manifests)
 
 
 def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | None, config: SimConfig,
-             workers: int | None) -> dict[str, dict[str, Any]]:
+             workers: int | None, manifests: Path | None = None) -> dict[str, dict[str, Any]]:
     try:
-        nodes, jobs = load_inputs(cluster, workload, config.seed)
-        profiles = [Profile.load(p) for p in policies]
+        nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
+        profiles = [Profile.load(p).with_args(plugin_args) for p in policies]
+        cluster, workload = cluster or str(manifests), workload or str(manifests)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
     t0 = time.perf_counter()
@@ -179,6 +222,54 @@ def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files writte
     console.print(_summary_table({name: run["summary"] for name, run in loaded.items()}))
     index = write_report(loaded, out, title="trimtab report", subtitle=", ".join(str(p) for p in runs))
     console.print(f"report written to {index}")
+
+
+@app.command("tune")
+def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
+             policy: Annotated[str, typer.Option("--policy", "-p", help="The profile to tune.")] = "las",
+             objective: Annotated[str, typer.Option(help="Metrics to lower (or raise, for utilisation and "
+                                                         "fairness), comma-separated.")] = "p99_jct_s,goodput_cv",
+             budget: Annotated[int, typer.Option(help="Candidates to try.")] = 16,
+             tune_share: Annotated[float, typer.Option(help="Share of the jobs (by submission) tuned on; the "
+                                                            "rest is held out.")] = 0.7,
+             out: Annotated[Path, typer.Option(help="Where the tuned profile (YAML) goes.")] = Path("tuned.yaml"),
+             seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
+             workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
+             ) -> None:
+    """Search a profile's numeric parameters on part of a workload; report the result on the held-out part."""
+    import yaml
+
+    from trimtab.metrics import SUMMARY_KEYS
+    from trimtab.sim.tune import tune
+
+    metrics = [m.strip() for m in objective.split(",") if m.strip()]
+    unknown = [m for m in metrics if m not in SUMMARY_KEYS]
+    if unknown or not metrics:
+        _fail(f"--objective: unknown metric(s) {', '.join(unknown) or '(none given)'}; "
+              f"choose from {', '.join(SUMMARY_KEYS)}")
+    try:
+        nodes, jobs = load_inputs(cluster, workload, seed)
+        base = Profile.load(policy)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
+    config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, timing=False)
+    with console.status(f"tuning {base.name}: {budget} candidates on {len(jobs)} jobs..."):
+        try:
+            result = tune(nodes, jobs, base, metrics, budget, config, seed=seed, tune_share=tune_share,
+                          workers=workers)
+        except ValueError as exc:
+            _fail(str(exc))
+    table = Table("part", "profile", *metrics, "score (1 = base)",
+                  title=f"tuning {base.name}: {result['tune_jobs']} jobs tuned on, {result['held_out_jobs']} held out")
+    for part in ("tune", "held_out"):
+        for which in ("base", "tuned"):
+            values = result[part][which]
+            score = "1.000" if which == "base" else f"{result[part]['score']:.3f}"
+            table.add_row(part, which, *("-" if values[m] is None else f"{values[m]:.4g}" for m in metrics), score)
+    console.print(table)
+    profile = {k: v for k, v in result["tuned_profile"].items() if v not in ([], {}, "")}
+    out.write_text(yaml.safe_dump(profile, sort_keys=False))
+    console.print(f"tuned profile written to {out} (use it with --policy {out})")
 
 
 @app.command("policies")

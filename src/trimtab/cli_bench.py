@@ -1,12 +1,74 @@
 """Command-line commands of the bench room, registered on the main `trimtab` app by cli.py.
 
-Kept apart from cli.py so that each room's commands live next to nothing else."""
+`trimtab bench packing`: the FGD paper's packing experiment (sim/packing.py) with a table, JSON and a PNG."""
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+from typing import Annotated
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+bench_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks and published experiments.")
+_console = Console(width=None if sys.stdout.isatty() else 200)
+
+
+@bench_app.command("packing")
+def packing_cmd(
+    nodes: Annotated[str, typer.Option(help="Cluster: openb:PATH/openb_node_list_all_node.csv, a shape or a file.")],
+    pods: Annotated[str, typer.Option(help="Pods: openb:PATH/openb_pod_list_default.csv (or any trace).")],
+    inflate: Annotated[float, typer.Option(help="Arrived GPU demand to reach, as a share of GPU capacity.")] = 1.3,
+    seeds: Annotated[str, typer.Option(help="Seeds: 42-51, 1,5,7 or 42.")] = "42-51",
+    policies: Annotated[str, typer.Option(help="Comma-separated packing policies (score plugins) or YAML paths.")]
+    = "best-fit,fgd,steady-pack",
+    out: Annotated[Path, typer.Option(help="JSON result; the PNG plot goes beside it (.png).")] = Path("packing.json"),
+    workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
+) -> None:
+    """The FGD paper's packing experiment: GPU allocation ratio against arrived GPU demand, per policy.
+
+    Pods arrive in a seeded random order, inflated until the arrived GPU request reaches INFLATE x capacity;
+    pods never leave; a pod that fits nowhere is skipped. Prints the GPU allocation ratio (%) at 100% and at the
+    end, writes every 1% curve per seed and as the mean (JSON keys policies.<name>.mean["100"], ...) and a PNG."""
+    from trimtab.sim.packing import packing_experiment, parse_seeds, plot_packing
+    from trimtab.spec.cluster import load_cluster
+    from trimtab.spec.traces import load_trace
+
+    try:
+        node_list = load_cluster(nodes)
+        pod_list = load_trace(pods)
+        seed_list = parse_seeds(seeds)
+        names = [p.strip() for p in policies.split(",") if p.strip()]
+        with _console.status(f"packing {len(pod_list)} pods on {len(node_list)} nodes: {len(names)} policies x "
+                             f"{len(seed_list)} seeds"):
+            result = packing_experiment(node_list, pod_list, names, seed_list, inflate=inflate, workers=workers)
+    except (ValueError, OSError) as exc:
+        _console.print(f"[red]error:[/red] {exc}")
+        raise typer.Exit(2) from None
+    result = {"nodes": nodes, "pods": pods, **result}
+    top = str(round(inflate * 100))
+    table = Table(title=f"GPU allocation ratio (%), mean of {len(seed_list)} seeds: {len(pod_list)} pods, "
+                        f"{result['capacity_gpus']} GPUs")
+    for col in ("policy", "at 100% arrived", f"at {top}% arrived", "failed pods", "s per run"):
+        table.add_column(col, justify="left" if col == "policy" else "right")
+    for name, data in result["policies"].items():
+        table.add_row(name, _fmt(data["mean"].get("100")), _fmt(data["mean"].get(top)), str(data["failed_mean"]),
+                      f"{data['wall_s_mean']:.1f}")
+    _console.print(table)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    png = out.with_suffix(".png")
+    plot_packing(result, png, title=f"{Path(pods.partition(':')[2] or pods).name}, inflate {inflate}")
+    _console.print(f"written {out} and {png}")
+
+
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
 
 
 def register(app: typer.Typer) -> None:
-    """Add this room's commands to `app`."""
-    return None
+    """Add this room's commands to `app`: `trimtab bench ...`."""
+    app.add_typer(bench_app, name="bench")

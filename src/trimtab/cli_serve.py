@@ -1,12 +1,249 @@
-"""Command-line commands of the serve room, registered on the main `trimtab` app by cli.py.
+"""Command-line commands of the serve room, registered on the main `trimtab` app by cli.py: `serve` (the daemon)
+and the client commands (`submit`, `jobs`, `job`, `cancel`, `logs`, `nodes`, `queues`, `token create`).
 
-Kept apart from cli.py so that each room's commands live next to nothing else."""
+Client commands find the server and token from flags, TRIMTAB_SERVER / TRIMTAB_TOKEN, or the config file; each
+takes `--json` for machine-readable output."""
 
 from __future__ import annotations
 
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Annotated, Any
+
 import typer
+from rich.console import Console
+from rich.table import Table
+
+ServerOpt = Annotated[str | None, typer.Option("--server", help="Server URL (env TRIMTAB_SERVER).")]
+TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token (env TRIMTAB_TOKEN).")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+
+_console = Console(width=None if sys.stdout.isatty() else 200)
+_errors = Console(stderr=True)
+
+
+def _client(server: str | None, token: str | None) -> Any:
+    from trimtab.serve.client import Client, resolve
+
+    return Client(resolve(server, token))
+
+
+def _fail(message: str, code: int = 1) -> None:
+    from rich.markup import escape
+
+    _errors.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _call(fn: Any, *args: Any) -> Any:
+    from trimtab.serve.client import ClientError
+
+    try:
+        return fn(*args)
+    except ClientError as exc:
+        where = f" [{exc.field}]" if exc.field else ""
+        _fail(f"{exc.detail}{where}" + (f" (HTTP {exc.status})" if exc.status else ""))
+
+
+def _print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=1) + "\n")
+
+
+def _ago(t_s: float | None) -> str:
+    if t_s is None:
+        return "-"
+    s = max(0.0, time.time() - t_s)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
 
 
 def register(app: typer.Typer) -> None:
     """Add this room's commands to `app`."""
-    return None
+
+    @app.command("serve")
+    def serve_cmd(
+        data_dir: Annotated[Path, typer.Option(help="Database, logs, checkpoints and admin.token.")] = Path(
+            "~/.local/share/trimtab"),
+        db: Annotated[str | None, typer.Option(help="Database URL (default: SQLite in the data dir), e.g. "
+                                                    "postgresql+psycopg://user:pw@host/db.")] = None,
+        gpus: Annotated[int | None, typer.Option(help="Declare N virtual GPUs instead of discovering them.")] = None,
+        cluster: Annotated[str | None, typer.Option(help="Cluster shape or file: virtual nodes and GPUs.")] = None,
+        policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "fifo-backfill",
+        host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
+        port: Annotated[int, typer.Option(help="Port to bind.")] = 8470,
+        grace_s: Annotated[float, typer.Option("--grace-s", help="SIGTERM-to-SIGKILL delay of a stop.")] = 10.0,
+        backend: Annotated[str, typer.Option(help="local (processes here) or ray (a Ray cluster).")] = "local",
+        ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (backend ray), e.g. "
+                                                             "10.0.0.1:6379; default: auto.")] = None,
+    ) -> None:
+        """Run the scheduler as a service on this machine's GPUs, with the API and dashboard."""
+        from trimtab.serve.daemon import ServeConfig
+        from trimtab.serve.server import run_server
+
+        if gpus is not None and cluster is not None:
+            _fail("give --gpus or --cluster, not both", 2)
+        if backend not in ("local", "ray"):
+            _fail(f"--backend: local or ray, not {backend!r}", 2)
+        if backend == "ray" and (gpus is not None or cluster is not None):
+            _fail("--backend ray takes its nodes and GPUs from the Ray cluster: no --gpus or --cluster", 2)
+        config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
+                             port=port, grace_s=grace_s, backend=backend, ray_address=ray_address)
+        try:
+            run_server(config, say=lambda s: _console.print(s, highlight=False, soft_wrap=True))
+        except ValueError as exc:
+            _fail(str(exc), 2)
+
+    @app.command("submit")
+    def submit_cmd(
+        args: Annotated[list[str] | None, typer.Argument(help="FILE.yaml / FILE.json, or -- COMMAND ARGS...")] = None,
+        gpus: Annotated[int, typer.Option(help="GPUs per task.")] = 1,
+        tasks: Annotated[int, typer.Option(help="Tasks in the gang.")] = 1,
+        name: Annotated[str, typer.Option(help="Job name.")] = "",
+        tenant: Annotated[str | None, typer.Option(help="Tenant (admin token only).")] = None,
+        priority_class: Annotated[str | None, typer.Option(help="low, normal, high or system.")] = None,
+        retries: Annotated[int, typer.Option(help="Failed attempts allowed before the job fails.")] = 0,
+        workdir: Annotated[str | None, typer.Option(help="Working directory of the tasks.")] = None,
+        server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False,
+    ) -> None:
+        """Submit a job: a manifest file, or a command after `--`."""
+        if not args:
+            _fail("give a FILE.yaml or a command after --", 2)
+        assert args is not None
+        client = _client(server, token)
+        path = Path(args[0])
+        if len(args) == 1 and path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+            text = path.read_text()
+            if path.suffix == ".json":
+                try:
+                    body = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    _fail(f"{path}: malformed JSON: {exc}", 2)
+                job = _call(client.submit_job, body)
+            else:
+                job = _call(client.submit_manifest, text)
+        else:
+            spec: dict[str, Any] = {"command": list(args), "gpus": gpus, "tasks": tasks, "name": name,
+                                    "retries": retries}
+            for key, value in (("tenant", tenant), ("priority_class", priority_class), ("workdir", workdir)):
+                if value is not None:
+                    spec[key] = value
+            job = _call(client.submit_job, spec)
+        if as_json:
+            _print_json({"id": job["id"], "state": job["state"]})
+        else:
+            _console.print(f"job {job['id']} submitted ({job['state']})")
+
+    @app.command("jobs")
+    def jobs_cmd(state: Annotated[str | None, typer.Option(help="Only jobs in this state.")] = None,
+                 limit: Annotated[int, typer.Option(help="At most this many.")] = 1000,
+                 server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """List jobs (a tenant token sees its own)."""
+        jobs = _call(_client(server, token).jobs, state, limit)
+        if as_json:
+            _print_json(jobs)
+            return
+        table = Table("id", "name", "tenant", "state", "GPUs", "attempts", "submitted", "reason")
+        for j in jobs:
+            table.add_row(str(j["id"]), j["name"], j["tenant"], j["state"], str(j["gpus"]), str(j["attempts"]),
+                          _ago(j["submit_s"]) + " ago", j["reason"])
+        _console.print(table)
+
+    @app.command("job")
+    def job_cmd(job_id: int, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Show one job and its runs."""
+        job = _call(_client(server, token).job, job_id)
+        if as_json:
+            _print_json(job)
+            return
+        _console.print(f"job {job['id']} {job['name']!r} of {job['tenant']}: [bold]{job['state']}[/bold] "
+                       f"{job['reason']}", highlight=False)
+        _console.print(f"command: {' '.join(job['command'])}; {job['tasks']} x {job['gpus_per_task']} GPUs; "
+                       f"attempts {job['attempts']}, retries allowed {job['retries']}", highlight=False)
+        table = Table("attempt", "rank", "node", "GPUs", "state", "exit", "outcome", "started")
+        for r in job["runs"]:
+            table.add_row(str(r["attempt"]), str(r["rank"]), r["node"], ",".join(r["gpus"]), r["state"],
+                          "-" if r["exit_code"] is None else str(r["exit_code"]), r["outcome"],
+                          _ago(r["start_s"]) + " ago")
+        _console.print(table)
+
+    @app.command("cancel")
+    def cancel_cmd(job_id: int, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Cancel a job (a running one gets SIGTERM, then SIGKILL after the grace period)."""
+        result = _call(_client(server, token).cancel, job_id)
+        if as_json:
+            _print_json(result)
+        else:
+            _console.print(f"job {job_id}: {'cancelled' if result['state'] == 'cancelled' else 'cancelling'}")
+
+    @app.command("logs")
+    def logs_cmd(job_id: int, follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing.")] = False,
+                 rank: Annotated[int, typer.Option(help="Task rank.")] = 0,
+                 attempt: Annotated[int | None, typer.Option(help="Attempt (default: the latest).")] = None,
+                 server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Print a task's output (stdout and stderr); -f follows it until the job ends."""
+        client = _client(server, token)
+        offset, chunks, reading = 0, [], attempt
+        while True:
+            data, offset, done, read, latest = _call(client.logs, job_id, offset, rank, reading)
+            if read:
+                reading = read
+            if as_json:
+                chunks.append(data.decode(errors="replace"))
+            else:
+                sys.stdout.write(data.decode(errors="replace"))
+                sys.stdout.flush()
+            if not follow or done:
+                break
+            if not data:
+                if attempt is None and latest > (reading or 0):  # a retry started: follow the new attempt
+                    if reading and not as_json:
+                        sys.stdout.write(f"--- attempt {latest} ---\n")
+                    reading, offset = latest, 0
+                    continue
+                time.sleep(0.5)
+        if as_json:
+            _print_json({"id": job_id, "rank": rank, "log": "".join(chunks), "offset": offset})
+
+    @app.command("nodes")
+    def nodes_cmd(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Nodes and their GPUs, with the job on each GPU."""
+        data = _call(_client(server, token).nodes)
+        if as_json:
+            _print_json(data)
+            return
+        table = Table("node", "model", "GPUs", "allocated", "GPU map")
+        for n in data["nodes"]:
+            cells = " ".join(f"{d['id']}:{'-' if d['job_id'] is None else d['job_id']}" for d in n["devices"])
+            table.add_row(n["name"], n["gpu_model"] or "virtual", str(n["gpus"]), str(n["gpus_allocated"]), cells)
+        _console.print(table)
+
+    @app.command("queues")
+    def queues_cmd(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Pending and running jobs per tenant, with GPUs held and quotas."""
+        data = _call(_client(server, token).queues)
+        if as_json:
+            _print_json(data)
+            return
+        table = Table("tenant", "pending", "running", "GPUs held", "quota")
+        for q in data["queues"]:
+            table.add_row(q["tenant"], str(q["pending"]), str(q["running"]), str(q["gpus_held"]),
+                          "-" if q["quota_gpus"] is None else str(q["quota_gpus"]))
+        _console.print(table)
+        _console.print(f"{data['gpus_allocated']} of {data['gpus_total']} GPUs allocated")
+
+    token_app = typer.Typer(help="Tenant tokens (admin).", no_args_is_help=True)
+
+    @token_app.command("create")
+    def token_create(tenant: Annotated[str, typer.Option(help="The tenant the token acts for.")],
+                     quota_gpus: Annotated[int | None, typer.Option(help="Set the tenant's GPU quota.")] = None,
+                     name: Annotated[str, typer.Option(help="A label for the token.")] = "",
+                     server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+        """Create a token for a tenant; it is printed once."""
+        result = _call(_client(server, token).create_token, tenant, quota_gpus, name)
+        if as_json:
+            _print_json(result)
+        else:
+            _console.print(f"token for tenant {tenant} (shown once): {result['token']}", highlight=False)
+
+    app.add_typer(token_app, name="token")

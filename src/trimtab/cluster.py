@@ -1,4 +1,4 @@
-"""ClusterState: capacity and free resources per node as numpy arrays, and Txn, the all-or-nothing allocation.
+"""ClusterState: free resources per node and per GPU (milli-GPU shares, MIG slices) as numpy arrays; Allocation; Txn.
 
 Everything here is vectorised over nodes; the scheduler is the only writer."""
 
@@ -12,15 +12,79 @@ import numpy as np
 from trimtab.model import Node, Resources
 
 _BIG = np.iinfo(np.int64).max
+GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
+MIG_SLOTS = 8  # memory slices of a MIG-capable GPU; a placement is (start slot, size in slots)
+
+
+@dataclass(frozen=True, slots=True)
+class MigProfile:
+    """One MIG profile of one GPU model: the memory slots it may start at and how many it spans (NVIDIA's
+    placement table, `nvidia-smi mig -lgipp`). Two instances on one GPU may not share a slot."""
+
+    name: str
+    starts: tuple[int, ...]
+    size_slots: int
+
+    def mask(self, start: int) -> int:
+        return ((1 << self.size_slots) - 1) << start
+
+
+def _profiles(*rows: tuple[str, tuple[int, ...], int]) -> dict[str, MigProfile]:
+    table = {name: MigProfile(name, starts, size) for name, starts, size in rows}
+    for name, profile in list(table.items()):
+        if name.startswith("1g."):  # +me (media extensions) variants share the placement of the plain profile
+            table[f"{name}+me"] = MigProfile(f"{name}+me", profile.starts, profile.size_slots)
+    return table
+
+
+_MIG_80GB = _profiles(("1g.10gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.20gb", (0, 2, 4, 6), 2),
+                      ("2g.20gb", (0, 2, 4), 2), ("3g.40gb", (0, 4), 4), ("4g.40gb", (0,), 4),
+                      ("7g.80gb", (0,), 8))
+MIG_GEOMETRY: dict[str, dict[str, MigProfile]] = {
+    "A100-40GB": _profiles(("1g.5gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.10gb", (0, 2, 4, 6), 2),
+                           ("2g.10gb", (0, 2, 4), 2), ("3g.20gb", (0, 4), 4), ("4g.20gb", (0,), 4),
+                           ("7g.40gb", (0,), 8)),
+    "A100-80GB": _MIG_80GB,
+    "H100-80GB": _MIG_80GB,
+}
+"""MIG profiles by MIG-capable GPU model (NVIDIA MIG User Guide, "Supported MIG Profiles")."""
+
+
+def mig_model(gpu_model: str) -> str | None:
+    """The MIG_GEOMETRY key of a node's GPU model name ("A100-SXM4-80GB", "a100", "H100") or None: not MIG-capable.
+    An A100 without "80" in its name is the 40 GB one."""
+    name = gpu_model.upper()
+    if "H100" in name:
+        return "H100-80GB"
+    if "A100" in name:
+        return "A100-80GB" if "80" in name else "A100-40GB"
+    return None
+
+
+def gpu_kind(task: Resources) -> str:
+    """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
+    if task.gpu_milli:
+        return "share-gpu"
+    if task.gpus:
+        return f"{task.gpus}-gpu"
+    return f"mig-{task.mig}" if task.mig else ""
 
 
 @dataclass(frozen=True, slots=True)
 class Allocation:
-    """Where a gang runs: `counts[i]` tasks of `task` on node index `nodes[i]` (nodes ascending, counts > 0)."""
+    """Where a gang runs: `counts[i]` tasks of `task` on node index `nodes[i]` (nodes ascending, counts > 0).
+
+    `gpu_idx` says which GPU of its node each task holds, task by task in node order: `task.gpus` entries per task
+    for whole GPUs, one per task for a share or a MIG slice (`mig_start` then gives the slice's first memory slot).
+    A place plugin may leave them None: ClusterState then chooses when the allocation is first applied (whole GPUs:
+    the idle ones with the lowest index; a share: the fullest GPU it fits on; MIG: a free slice of the profile,
+    then free slots, then an idle GPU repartitioned) and records its choice here, so a release frees the same GPUs."""
 
     nodes: np.ndarray
     counts: np.ndarray
     task: Resources
+    gpu_idx: np.ndarray | None = None
+    mig_start: np.ndarray | None = None
 
     @property
     def tasks(self) -> int:
@@ -30,11 +94,20 @@ class Allocation:
     def gpus(self) -> int:
         return self.tasks * self.task.gpus
 
+    @property
+    def gpu_milli(self) -> int:
+        """Milli-GPU held: 1000 per whole GPU plus the shares (MIG slices are not counted here)."""
+        return self.tasks * self.task.gpu_milli_total
+
 
 class ClusterState:
-    """Capacity, free resources, GPU models, racks and health of every node, one numpy array per quantity.
+    """Capacity, free resources, GPU models, racks and health of every node, one numpy array per quantity, and the
+    free milli-GPU of every GPU (`gpu_free_milli[node, gpu]`, 0 on the padding beyond a node's GPU count).
 
-    Node i is `nodes[i]`. `free_*` never go below zero and never above `cap_*`: `allocate` and `release` check."""
+    Node i is `nodes[i]`. `free_gpus[i]` counts node i's idle GPUs (nothing on them), so a node with 8 GPUs each 60%
+    used has 0 free GPUs and 3200 free milli-GPU, none of it usable by a task asking for 500. Free amounts never go
+    below zero nor above capacity, and no GPU ever holds more than 1000 milli: `allocate` and `release` check.
+    A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -58,6 +131,19 @@ class ClusterState:
         self.racks: tuple[str, ...] = tuple(dict.fromkeys(n.rack for n in nodes))
         self.rack_idx = np.array([self.racks.index(n.rack) for n in nodes], dtype=np.int64)
         self._label_masks: dict[tuple[str, str], np.ndarray] = {}
+        width = max(int(self.cap_gpus.max()), 1)
+        self.gpu_exists = np.arange(width)[None, :] < self.cap_gpus[:, None]
+        self.gpu_free_milli = np.where(self.gpu_exists, GPU_MILLI, 0).astype(np.int64)
+        self.free_gpu_milli = self.cap_gpus * GPU_MILLI  # per node: sum of gpu_free_milli
+        self.tasks_running = np.zeros(len(nodes), dtype=np.int64)  # tasks holding resources on each node
+        self.version = np.zeros(len(nodes), dtype=np.int64)  # bumped whenever a node's free resources change
+        self.qos_tasks: dict[str, np.ndarray] = {}  # tasks per node by QoS class (classes seen so far)
+        self.kind_tasks: dict[str, np.ndarray] = {}  # GPU tasks per node by kind: share-gpu, 1-gpu, mig-1g.10gb..
+        self.mig_geometry: tuple[dict[str, MigProfile] | None, ...] = tuple(
+            MIG_GEOMETRY.get(mig_model(n.gpu_model) or "") if n.capacity.gpus else None for n in nodes)
+        self.mig_capable = np.array([g is not None for g in self.mig_geometry], dtype=bool)
+        self.mig_busy = np.zeros(self.gpu_free_milli.shape, dtype=np.int64)  # slot bitmask of busy slices
+        self.mig_carved: dict[tuple[int, int], dict[int, str]] = {}  # (node, gpu) -> {start slot: profile}
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -68,22 +154,74 @@ class ClusterState:
 
     @property
     def allocated_gpus(self) -> int:
+        """GPUs that are not idle (whole, shared or sliced)."""
         return int((self.cap_gpus - self.free_gpus).sum())
 
+    @property
+    def allocated_gpu_milli(self) -> int:
+        """Milli-GPU held by tasks: whole GPUs and shares, plus 125 per busy MIG memory slot."""
+        busy_slots = int(np.unpackbits(self.mig_busy.astype(np.uint8)).sum()) if self.mig_capable.any() else 0
+        plain = np.where(self.mig_busy == 0, GPU_MILLI - self.gpu_free_milli, 0)
+        return int(plain[self.gpu_exists].sum()) + busy_slots * (GPU_MILLI // MIG_SLOTS)
+
+    # --------------------------------------------------------------------------------------------- fit
+
     def fit_counts(self, task: Resources) -> np.ndarray:
-        """How many tasks of `task` each node can take now (0 on unhealthy nodes)."""
+        """How many tasks of `task` each node can take now (0 on unhealthy nodes). Whole GPUs count idle GPUs
+        (`free_gpus`), a share counts per GPU how many copies fit in its free milli, a MIG slice counts the slices
+        that can be placed without overlap under the profile's placement rules."""
         counts = np.full(len(self.nodes), _BIG, dtype=np.int64)
-        for need, free in (
-            (task.gpus, self.free_gpus),
-            (task.cpu_milli, self.free_cpu_milli),
-            (task.mem_mib, self.free_mem_mib),
-        ):
+        for need, free in ((task.cpu_milli, self.free_cpu_milli), (task.mem_mib, self.free_mem_mib)):
             if need:
                 np.minimum(counts, free // need, out=counts)
-        if counts[0] == _BIG and not (task.gpus or task.cpu_milli or task.mem_mib):
-            counts[:] = _BIG  # an empty request fits anywhere, any number of times
+        if task.gpus:
+            np.minimum(counts, self.free_gpus // task.gpus, out=counts)
+        elif task.gpu_milli:
+            np.minimum(counts, (self.gpu_free_milli // task.gpu_milli).sum(axis=1), out=counts)
+        elif task.mig:
+            np.minimum(counts, self._mig_fit(task.mig), out=counts)
         counts[~self.healthy] = 0
         return counts
+
+    def _mig_fit(self, profile_name: str) -> np.ndarray:
+        fit = np.zeros(len(self.nodes), dtype=np.int64)
+        for node in np.flatnonzero(self.mig_capable):
+            profile = self.mig_geometry[node].get(profile_name)  # type: ignore[union-attr]
+            if profile is None:
+                continue
+            fit[node] = sum(len(self._mig_starts(int(node), gpu, profile, many=True))
+                            for gpu in range(int(self.cap_gpus[node])))
+        return fit
+
+    def _mig_starts(self, node: int, gpu: int, profile: MigProfile, many: bool,
+                    carved: dict[int, str] | None = None) -> list[int]:
+        """Start slots where slices of `profile` can go on this GPU now, without overlap (all of them if `many`,
+        else the best one): a free carved slice of the profile first, then uncarved slots, then (only on an idle
+        GPU) a repartition. A GPU used by whole or shared tasks takes no slice."""
+        busy = int(self.mig_busy[node, gpu])
+        if busy == 0 and self.gpu_free_milli[node, gpu] != GPU_MILLI:
+            return []
+        if carved is None:
+            carved = self.mig_carved.get((node, gpu), {})
+        geometry = self.mig_geometry[node]
+        assert geometry is not None
+        taken = busy
+        carved_mask = 0
+        for start, name in carved.items():
+            carved_mask |= geometry[name].mask(start)
+        chosen: list[int] = []
+        passes = [lambda s: carved.get(s) == profile.name and not busy & profile.mask(s),
+                  lambda s: not (carved_mask | busy) & profile.mask(s)]
+        if busy == 0:
+            passes.append(lambda s: True)  # idle: the GPU may be repartitioned
+        for ok in passes:
+            for start in profile.starts:
+                if start not in chosen and ok(start) and not taken & profile.mask(start):
+                    chosen.append(start)
+                    taken |= profile.mask(start)
+                    if not many:
+                        return chosen
+        return chosen
 
     def label_mask(self, key: str, value: str) -> np.ndarray:
         """Nodes whose label `key` equals `value` (cached: labels never change)."""
@@ -98,6 +236,8 @@ class ClusterState:
         wanted = [i for i, m in enumerate(self.gpu_models) if m in models]
         return np.isin(self.model_idx, wanted)
 
+    # --------------------------------------------------------------------------------------------- changes
+
     def allocate(self, alloc: Allocation) -> None:
         self._apply(alloc, -1)
 
@@ -105,23 +245,173 @@ class ClusterState:
         self._apply(alloc, +1)
 
     def _apply(self, alloc: Allocation, sign: int) -> None:
+        """Take (sign -1) or give back (+1) an allocation, all of it or nothing: every check runs before any
+        array changes."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
-        for need, free, cap in (
-            (task.gpus, self.free_gpus, self.cap_gpus),
-            (task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
-            (task.mem_mib, self.free_mem_mib, self.cap_mem_mib),
-        ):
+        verb = "over-allocate" if sign < 0 else "release more than allocated on"
+        plain: list[tuple[np.ndarray, np.ndarray]] = []
+        for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
+                                (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
             if not need:
                 continue
             after = free[nodes] + sign * need * counts
             bad = (after < 0) | (after > cap[nodes])
             if bad.any():
-                name = self.nodes[int(nodes[np.argmax(bad)])].name
-                verb = "over-allocate" if sign < 0 else "release more than allocated on"
-                raise ValueError(f"allocation would {verb} node {name}")
+                raise ValueError(f"allocation would {verb} node {self.nodes[int(nodes[np.argmax(bad)])].name}")
+            plain.append((free, after))
+        gpu_rows = self._gpu_after(alloc, sign, verb) if task.wants_gpu else None
+        for free, after in plain:
             free[nodes] = after
-        if task.gpus:
-            self.free_gpus_total += sign * task.gpus * int(counts[self.healthy[nodes]].sum())
+        if gpu_rows is not None:
+            rows, busy_rows, carved = gpu_rows
+            idle_before = self._idle_count(nodes)
+            self.gpu_free_milli[nodes] = rows
+            self.mig_busy[nodes] = busy_rows
+            for key, value in carved.items():
+                if value:
+                    self.mig_carved[key] = value
+                else:
+                    self.mig_carved.pop(key, None)
+            delta = self._idle_count(nodes) - idle_before
+            self.free_gpus[nodes] += delta
+            self.free_gpu_milli[nodes] = rows.sum(axis=1)
+            self.free_gpus_total += int(delta[self.healthy[nodes]].sum())
+        self.tasks_running[nodes] -= sign * counts
+        for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
+            if key:
+                per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
+                per_node[nodes] -= sign * counts
+        self.version[nodes] += 1
+
+    def _idle_count(self, nodes: np.ndarray) -> np.ndarray:
+        rows = self.gpu_free_milli[nodes]
+        return ((rows == GPU_MILLI) & (self.mig_busy[nodes] == 0) & self.gpu_exists[nodes]).sum(axis=1)
+
+    def _gpu_after(self, alloc: Allocation, sign: int, verb: str,
+                   ) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], dict[int, str]]]:
+        """The GPU rows of the allocation's nodes after applying it, GPU choices resolved and recorded."""
+        nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
+        rows = self.gpu_free_milli[nodes].copy()
+        busy_rows = self.mig_busy[nodes].copy()
+        carved_after: dict[tuple[int, int], dict[int, str]] = {}
+        per_task = task.gpus or 1
+        idx = alloc.gpu_idx
+        starts = alloc.mig_start
+        chosen_idx: list[int] = []
+        chosen_starts: list[int] = []
+        pos = 0
+        whole = bool(task.gpus) and not task.mig
+        for r, (node, count) in enumerate(zip(nodes.tolist(), counts.tolist(), strict=True)):
+            width = int(self.cap_gpus[node])
+            if whole and (idx is not None or sign < 0):
+                # whole GPUs: every task of the node at once (the common case, kept out of Python loops)
+                need = count * per_task
+                if idx is None:  # distinct, in range, idle: only the count needs checking
+                    chosen = np.flatnonzero((rows[r, :width] == GPU_MILLI) & (busy_rows[r, :width] == 0))[:need]
+                    valid = chosen.size == need
+                else:
+                    chosen = np.asarray(idx[pos:pos + need], dtype=np.int64)
+                    pos += need
+                    listed = chosen.tolist()
+                    valid = (len(listed) == need and len(set(listed)) == need and min(listed, default=0) >= 0
+                             and max(listed, default=0) < width)
+                after = rows[r, chosen] + sign * GPU_MILLI if valid else chosen
+                if not valid or (after < 0).any() or (after > GPU_MILLI).any() or busy_rows[r, chosen].any():
+                    raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+                rows[r, chosen] = after
+                if sign < 0 and self.mig_carved:
+                    for gpu in chosen.tolist():
+                        if (node, gpu) in self.mig_carved:
+                            carved_after[(node, gpu)] = {}
+                chosen_idx.extend(chosen.tolist())
+                continue
+            name = self.nodes[node].name
+            for _ in range(count):
+                given = None if idx is None else idx[pos:pos + per_task].tolist()
+                pos += per_task
+                if task.mig:
+                    start = None if starts is None else int(starts[len(chosen_starts)])
+                    gpu, start = self._take_mig(node, r, rows, busy_rows, carved_after, task.mig, sign,
+                                                None if given is None else given[0], start, name, verb)
+                    chosen_idx.append(gpu)
+                    chosen_starts.append(start)
+                    continue
+                milli = GPU_MILLI if task.gpus else task.gpu_milli
+                if given is None:
+                    given = self._choose_gpus(rows[r, :width], busy_rows[r, :width], per_task, milli, sign)
+                    if given is None:
+                        raise ValueError(f"allocation would {verb} node {name}")
+                for gpu in given:
+                    after = rows[r, gpu] + sign * milli
+                    if not 0 <= gpu < width or after < 0 or after > GPU_MILLI or busy_rows[r, gpu]:
+                        raise ValueError(f"allocation would {verb} node {name} (GPU {gpu})")
+                    rows[r, gpu] = after
+                    if sign < 0 and (node, gpu) in self.mig_carved:
+                        carved_after[(node, gpu)] = {}  # an idle GPU repartitioned to run whole or shared work
+                chosen_idx.extend(given)
+        if idx is None:
+            object.__setattr__(alloc, "gpu_idx", np.array(chosen_idx, dtype=np.int64))
+        if task.mig and starts is None:
+            object.__setattr__(alloc, "mig_start", np.array(chosen_starts, dtype=np.int64))
+        return rows, busy_rows, carved_after
+
+    @staticmethod
+    def _choose_gpus(row: np.ndarray, busy: np.ndarray, k: int, milli: int, sign: int) -> list[int] | None:
+        """GPUs for one task when the place plugin named none: take the lowest-index idle GPUs (whole) or the fullest
+        GPU the share fits on; give back the highest-index fully held GPUs (only whole GPUs are released this way)."""
+        if sign < 0:
+            if milli == GPU_MILLI:
+                ok = np.flatnonzero((row == GPU_MILLI) & (busy == 0))
+                return ok[:k].tolist() if ok.size >= k else None
+            ok = np.flatnonzero((row >= milli) & (busy == 0))
+            if ok.size == 0:
+                return None
+            return [int(ok[np.argmin(row[ok])])]  # argmin: the first of equals, the lowest index
+        if milli != GPU_MILLI:
+            raise ValueError("a share is released through the allocation that placed it (its gpu_idx)")
+        held = np.flatnonzero((row == 0) & (busy == 0))
+        return held[::-1][:k].tolist() if held.size >= k else None
+
+    def _take_mig(self, node: int, r: int, rows: np.ndarray, busy_rows: np.ndarray,
+                  carved_after: dict[tuple[int, int], dict[int, str]], profile_name: str, sign: int,
+                  gpu: int | None, start: int | None, name: str, verb: str) -> tuple[int, int]:
+        geometry = self.mig_geometry[node]
+        profile = geometry.get(profile_name) if geometry else None
+        if profile is None:
+            raise ValueError(f"node {name} has no GPU that offers MIG profile {profile_name}")
+        if sign > 0:
+            if gpu is None or start is None or not busy_rows[r, gpu] & profile.mask(start) == profile.mask(start):
+                raise ValueError(f"allocation would {verb} node {name} (MIG {profile_name})")
+            busy_rows[r, gpu] &= ~profile.mask(start)
+            if busy_rows[r, gpu] == 0:
+                rows[r, gpu] = GPU_MILLI
+            return gpu, start
+        saved = (self.gpu_free_milli[node].copy(), self.mig_busy[node].copy())
+        self.gpu_free_milli[node], self.mig_busy[node] = rows[r], busy_rows[r]
+        try:
+            candidates = [gpu] if gpu is not None else sorted(
+                range(int(self.cap_gpus[node])), key=lambda g: (busy_rows[r, g] == 0, g))  # used MIG GPUs first
+            for g in candidates:
+                key = (node, g)
+                carved = dict(carved_after.get(key, self.mig_carved.get(key, {})))
+                options = self._mig_starts(node, g, profile, start is not None, carved)
+                if start is not None and start not in options:
+                    continue
+                if options:
+                    s = start if start is not None else options[0]
+                    if busy_rows[r, g] == 0 and any(
+                            _overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
+                        carved = {}  # idle GPU: repartitioned
+                    carved = {st: n for st, n in carved.items()
+                              if not _overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
+                    carved[s] = profile_name
+                    carved_after[key] = carved
+                    busy_rows[r, g] |= profile.mask(s)
+                    rows[r, g] = 0
+                    return g, s
+        finally:
+            self.gpu_free_milli[node], self.mig_busy[node] = saved
+        raise ValueError(f"allocation would {verb} node {name} (no room for MIG {profile_name})")
 
     def set_health(self, node: int, healthy: bool) -> None:
         """Mark a node up or down; a down node's free GPUs are out of reach until it is up again."""
@@ -132,6 +422,10 @@ class ClusterState:
 
     def txn(self) -> Txn:
         return Txn(self)
+
+
+def _overlaps(geometry: dict[str, MigProfile], name: str, start: int, mask: int) -> bool:
+    return bool(geometry[name].mask(start) & mask)
 
 
 class Txn:

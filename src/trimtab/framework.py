@@ -85,6 +85,66 @@ class Decision:
     wake_s: float | None = None
 
 
+USAGE_DIMS = ("pods", "gpus", "cpu_milli", "mem_mib", "limit_cpu_milli", "limit_mem_mib")
+
+
+def usage_of(job: Job) -> np.ndarray:
+    """What a running job counts against quotas, in the order of USAGE_DIMS."""
+    t, lim = job.task, job.task_limits or job.task
+    n = job.tasks
+    return np.array([n, n * t.gpus, n * t.cpu_milli, n * t.mem_mib, n * lim.cpu_milli, n * lim.mem_mib],
+                    dtype=np.int64)
+
+
+class UsageBook:
+    """What running jobs hold, summed per tenant and per queue (`usage_of`), kept in step by the Framework as jobs
+    start and stop, inside a cycle as well as between cycles. Plugins read it; only the Framework writes it."""
+
+    def __init__(self) -> None:
+        self.by_tenant: dict[str, np.ndarray] = {}
+        self.by_queue: dict[str, np.ndarray] = {}
+        self._jobs: dict[str, tuple[str, str, np.ndarray]] = {}
+        self.removals = 0  # jobs taken off so far: while it stays put, usage only grows
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def tenant(self, name: str) -> np.ndarray:
+        return self.by_tenant.get(name, _ZERO_USAGE)
+
+    def queue(self, name: str) -> np.ndarray:
+        return self.by_queue.get(name, _ZERO_USAGE)
+
+    def add(self, job: Job) -> None:
+        if job.id in self._jobs:
+            return
+        vec = usage_of(job)
+        queue = job.queue or job.tenant
+        self._jobs[job.id] = (job.tenant, queue, vec)
+        self.by_tenant[job.tenant] = self.tenant(job.tenant) + vec
+        self.by_queue[queue] = self.queue(queue) + vec
+
+    def remove(self, job_id: str) -> None:
+        entry = self._jobs.pop(job_id, None)
+        if entry is not None:
+            self.removals += 1
+            tenant, queue, vec = entry
+            self.by_tenant[tenant] = self.by_tenant[tenant] - vec
+            self.by_queue[queue] = self.by_queue[queue] - vec
+
+    def sync(self, running: Mapping[str, RunningJob]) -> None:
+        """Catch up with jobs that started or stopped outside a cycle's view (e.g. re-adopted on restart)."""
+        if len(self._jobs) == len(running) and all(j in running for j in self._jobs):
+            return
+        for job_id in [j for j in self._jobs if j not in running]:
+            self.remove(job_id)
+        for run in running.values():
+            self.add(run.job)
+
+
+_ZERO_USAGE = np.zeros(len(USAGE_DIMS), dtype=np.int64)
+
+
 @dataclass(slots=True)
 class CycleContext:
     """The read-only snapshot every plugin sees. Only the Scheduler mutates what it points to."""
@@ -98,6 +158,9 @@ class CycleContext:
     rng: np.random.Generator
     running_keys: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # order keys of running jobs
     order_key: Callable[[Job], tuple[Any, ...]] = lambda job: ()  # the profile's order key of any job
+    usage: UsageBook = field(default_factory=UsageBook)  # held by running jobs per tenant and queue
+    node_mask: Callable[[Job], np.ndarray] | None = None  # nodes every filter of the profile allows for a job
+    history: Sequence[tuple[Job, float]] = ()  # completed jobs and their run time, in completion order
 
     def attained_gpu_s(self, job_id: str) -> float:
         """GPU-seconds of service a job has received so far, including the current run."""
@@ -130,7 +193,9 @@ class Plugin:
     Extension points, in cycle order, and how the answers of several plugins combine:
 
     open(ctx)                    every plugin, in profile order, once per cycle: compute per-cycle state.
-    admit(job, ctx) -> Status    every pending job; the first non-success holds the job queued this cycle.
+    admit(job, ctx) -> Status    every pending job; the first non-success holds the job queued this cycle. The
+                                 answer may depend only on the job's shape (request, constraints, tenant, queue,
+                                 priority) and the cycle's state: a "no" holds the later jobs of that shape too.
     order_key(job, ctx) -> key   a sortable key per job; keys of the `order` plugins form a tuple compared
                                  lexicographically, so the first plugin that tells two jobs apart wins; ties end
                                  in submission order. Lower keys go first.
@@ -143,8 +208,10 @@ class Plugin:
                                  Victims are ordered after the job, and an answer is monotone: if no victims are
                                  found for a job, none are for a later job asking for as many GPUs or more (the
                                  framework then stops asking, so a long queue costs one failed attempt per cycle).
+                                 Never asked for a job whose `preemption_policy` is "Never".
     backfill(job, ctx)           for a job that still cannot start: a Reservation or None; the first answer wins.
-        -> Reservation | None    A reservation's GPUs are kept from jobs ordered after it.
+        -> Reservation | None    A reservation's GPUs are kept from jobs ordered after it, except from jobs
+                                 expected to end (now + reference time left) before it starts (EASY backfill).
     close(ctx, decision)         every plugin, once at the end of the cycle; may return a wake-up time; the
         -> float | None          earliest one becomes `Decision.wake_s`.
 
@@ -152,11 +219,15 @@ class Plugin:
     `key_expires_s`; the framework caches running jobs' keys until then and wakes the scheduler at that time.
 
     `static_order` tells the framework the key of a pending job does not change while it waits (it may then keep
-    the queue sorted between cycles instead of sorting it every cycle)."""
+    the queue sorted between cycles instead of sorting it every cycle).
+
+    `needs_usage` asks the framework to keep `ctx.usage` (what running jobs hold per tenant and queue) up to date,
+    within a cycle too. `ctx.node_mask(job)` gives the nodes every filter allows (for plugins that plan ahead)."""
 
     name: ClassVar[str] = ""
     static_order: ClassVar[bool] = True
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
+    needs_usage: ClassVar[bool] = False  # reads ctx.usage (the framework then keeps it)
 
     def open(self, ctx: CycleContext) -> None:
         return None
@@ -261,6 +332,14 @@ class Profile(BaseModel):
                 raise ValueError(f"score weight of {name!r} must be >= 0, got {weight}")
         return value
 
+    def with_args(self, args: Mapping[str, Mapping[str, Any]]) -> Profile:
+        """A copy whose plugin arguments are merged with `args` (by plugin name; `args` wins). Arguments for
+        plugins the profile does not enable are kept but unused."""
+        merged = {name: dict(values) for name, values in self.args.items()}
+        for name, values in args.items():
+            merged[name] = {**merged.get(name, {}), **values}
+        return self.model_copy(update={"args": merged})
+
     @staticmethod
     def builtin_names() -> list[str]:
         folder = resources.files("trimtab") / "profiles"
@@ -324,10 +403,14 @@ class Framework:
         self.dynamic_running_keys = any(p.dynamic_running_key for p in self.order)
         self._running_keys: dict[str, tuple[Any, ...]] = {}
         self._key_expiry: list[tuple[float, str]] = []  # heap of (expiry, job id) for cached running keys
+        self.keeps_usage = any(p.needs_usage for p in self.plugins)
+        self.usage = UsageBook()
 
     def forget(self, job_id: str) -> None:
-        """A job stopped running: drop its cached key."""
+        """A job stopped running: drop its cached key and its usage."""
         self._running_keys.pop(job_id, None)
+        if self.keeps_usage:
+            self.usage.remove(job_id)
 
     def _cache_running_key(self, job: Job, ctx: CycleContext) -> None:
         self._running_keys[job.id] = self.order_key(job, ctx)
@@ -355,6 +438,13 @@ class Framework:
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
         return tuple(p.order_key(job, ctx) for p in self.order)
+
+    def node_mask(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """Nodes that every filter allows for `job`, whatever is free on them now."""
+        mask = np.ones(len(ctx.cluster), dtype=bool)
+        for plugin in self.filter:
+            mask &= plugin.filter(job, ctx)
+        return mask
 
     def feasible(self, job: Job, ctx: CycleContext) -> np.ndarray:
         """Tasks of `job` that fit on each node now, 0 where a filter fails."""
@@ -393,20 +483,28 @@ class Framework:
         decision = Decision()
         cluster = ctx.cluster
         ctx.order_key = lambda job: self.order_key(job, ctx)
+        ctx.node_mask = lambda job: self.node_mask(job, ctx)
+        if self.keeps_usage:
+            self.usage.sync(ctx.running)
+            ctx.usage = self.usage
+        for plugin in self.plugins:  # before running keys are refreshed: keys may read per-cycle state (drf)
+            plugin.open(ctx)
         if self.preempt:
             self._refresh_running_keys(ctx)
             ctx.running_keys = self._running_keys
-        for plugin in self.plugins:
-            plugin.open(ctx)
         reserved = np.zeros(len(cluster), dtype=np.int64)
         reserved_total = 0
+        reserved_from_s = math.inf  # earliest start of a node reservation: jobs done by then may use its GPUs
         worst_running = max(ctx.running_keys.values(), default=None)
         fail_gpus = math.inf  # the smallest job whose preemption attempt failed in this cycle
         has_admit, has_preempt, has_backfill = bool(self.admit), bool(self.preempt), bool(self.backfill)
         for key, job, shape in queue:
-            free_for_job = cluster.free_gpus_total - reserved_total
+            # EASY backfill: a job expected to end before the earliest reservation starts does not delay it
+            ends_in_time = reserved_total > 0 and ctx.now_s + ctx.remaining_s(job) <= reserved_from_s
+            free_for_job = cluster.free_gpus_total - (0 if ends_in_time else reserved_total)
             outranks = worst_running is not None and key < worst_running
-            may_preempt = has_preempt and outranks and job.gpus < fail_gpus
+            may_preempt = (has_preempt and outranks and job.gpus < fail_gpus
+                           and job.preemption_policy != "Never")
             if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
                 if not outranks or fail_gpus <= 1 or not has_preempt:
                     break  # no job after this one can start or preempt either
@@ -418,10 +516,11 @@ class Framework:
                 status = self._admit(job, ctx)
                 if not status.success:
                     decision.waiting[job.id] = status
+                    blocked.add(shape)  # the same shape asks the same of the same tenant and queue
                     continue
             alloc = None
             if job.gpus <= free_for_job:
-                if reserved_total:
+                if reserved_total and not ends_in_time:
                     cluster.free_gpus -= reserved  # reserved GPUs are out of reach of later jobs
                     try:
                         alloc = self.try_place(job, ctx)
@@ -439,6 +538,11 @@ class Framework:
                     txn.commit()
                 decision.starts.append((job, alloc))
                 on_start(job, alloc)
+                if reserved_total and ends_in_time:  # it took reserved GPUs it gives back in time
+                    np.minimum(reserved, cluster.free_gpus, out=reserved)
+                    reserved_total = int(reserved.sum())
+                if self.keeps_usage:
+                    self.usage.add(job)
                 if has_preempt:
                     self._cache_running_key(job, ctx)
                 continue
@@ -453,6 +557,7 @@ class Framework:
                     break  # strict head-of-line: nothing ordered after this job may start
                 reserved[reservation.nodes] += reservation.gpus
                 reserved_total = int(reserved.sum())
+                reserved_from_s = min(reserved_from_s, reservation.start_s)
         wakes = [w for p in self.plugins if (w := p.close(ctx, decision)) is not None]
         while self._key_expiry and self._key_expiry[0][1] not in self._running_keys:
             heapq.heappop(self._key_expiry)  # stale: that job stopped

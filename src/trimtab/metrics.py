@@ -4,6 +4,7 @@ job records, the per-window time series and the summary metrics, with exactly th
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,6 +84,11 @@ class Recorder:
         self._cycle_ms: list[float] = []
         self._decisions = 0
         self._open_runs: dict[str, tuple[RunRecord, Allocation]] = {}
+        self._quota_since: dict[str, float] = {}  # job -> since when the scheduler says quota holds it
+        self._quota_blocked_s: dict[str, float] = {}
+        self._sees_waiting = False  # the world reports why jobs wait (`waiting`)
+        # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
+        self.net_util_fn: Callable[[float, float], float] | None = None
 
     # ------------------------------------------------------------------------------------------------ events
 
@@ -94,6 +100,8 @@ class Recorder:
     def run_started(self, job: Job, alloc: Allocation, now_s: float, progress_from_s: float,
                     slowdown: float) -> None:
         rec = self.jobs[job.id]
+        if job.id in self._quota_since:
+            self._end_quota_block(job.id, now_s)
         nodes = self.cluster.nodes
         names = [nodes[int(i)].name for i in alloc.nodes]
         racks = len(np.unique(self.cluster.rack_idx[alloc.nodes]))
@@ -134,6 +142,21 @@ class Recorder:
             self._mark(now_s)
         rec.state = state
         rec.end_s = now_s
+
+    def waiting(self, now_s: float, statuses: Mapping[str, Any]) -> None:
+        """Why jobs wait after a cycle that ran: statuses (framework `Status`) by job id. A job is quota-blocked from
+        a cycle whose status for it names the `quota` plugin until one names another reason or it starts."""
+        self._sees_waiting = True
+        for job_id, status in statuses.items():
+            blocked = getattr(status, "plugin", "") == "quota"
+            if blocked and job_id not in self._quota_since:
+                self._quota_since[job_id] = now_s
+            elif not blocked and job_id in self._quota_since:
+                self._end_quota_block(job_id, now_s)
+
+    def _end_quota_block(self, job_id: str, now_s: float) -> None:
+        since = self._quota_since.pop(job_id)
+        self._quota_blocked_s[job_id] = self._quota_blocked_s.get(job_id, 0.0) + now_s - since
 
     def cycle(self, wall_ms: float, decisions: int) -> None:
         self._cycle_ms.append(wall_ms)
@@ -273,7 +296,7 @@ class Recorder:
             "node_util_variance": _r(float(np.var(node_util))),
             "cross_node_ratio": _r(cross_node / gang_gpu_s) if gang_gpu_s else 0.0,
             "cross_rack_ratio": _r(cross_rack / gang_gpu_s) if gang_gpu_s else 0.0,
-            "net_util": 0.0,
+            "net_util": _r(self.net_util_fn(first, end)) if self.net_util_fn else 0.0,
             "starvation_rate": _r(starved / started) if started else 0.0,
             "failure_rate": _r(failed_attempts / attempts) if attempts else 0.0,
             "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
@@ -285,6 +308,9 @@ class Recorder:
             "fairness_jain": _jain(jobs),
         }
         assert tuple(summary) == SUMMARY_KEYS
+        tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
+        if len(tenants) > 1:
+            summary["tenants"] = tenants
         return summary
 
 
@@ -374,6 +400,39 @@ def _jain(jobs: list[JobRecord]) -> float | None:
     if not (x > 0).any():
         return None
     return _r(float(x.sum() ** 2 / (x.size * (x**2).sum())))
+
+
+def _tenants(jobs: list[JobRecord], quota_blocked_s: Mapping[str, float] | None) -> dict[str, dict[str, Any]]:
+    """Per tenant (namespace): its share of all GPU-time allocated, average JCT and wait, evictions, jobs, and (when
+    the world reports why jobs wait) the job-seconds its jobs were held by quota."""
+    gpu_s: dict[str, float] = {}
+    jct: dict[str, list[float]] = {}
+    wait: dict[str, list[float]] = {}
+    evictions: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for rec in jobs:
+        t = rec.job.tenant
+        count[t] = count.get(t, 0) + 1
+        gpu_s[t] = gpu_s.get(t, 0.0) + sum(r.gpus * (r.end_s - r.start_s) for r in rec.runs if r.end_s == r.end_s)
+        evictions[t] = evictions.get(t, 0) + rec.preemptions
+        if rec.runs:
+            wait.setdefault(t, []).append(rec.runs[0].start_s - rec.job.submit_s)
+        if rec.state is JobState.COMPLETED and rec.end_s is not None:
+            jct.setdefault(t, []).append(rec.end_s - rec.job.submit_s)
+    total = sum(gpu_s.values())
+    out: dict[str, dict[str, Any]] = {
+        t: {"jobs": count[t], "gpu_share": _r(gpu_s[t] / total) if total else 0.0,
+            "avg_jct_s": _r(float(np.mean(jct[t]))) if jct.get(t) else None,
+            "avg_wait_s": _r(float(np.mean(wait[t]))) if wait.get(t) else None,
+            "evictions": evictions[t]} for t in sorted(count)}
+    if quota_blocked_s is not None:
+        for t in out:
+            out[t]["quota_blocked_s"] = 0.0
+        for rec in jobs:
+            out[rec.job.tenant]["quota_blocked_s"] += quota_blocked_s.get(rec.job.id, 0.0)
+        for t in out:
+            out[t]["quota_blocked_s"] = _r(out[t]["quota_blocked_s"])
+    return out
 
 
 def _water_fill(total: float, demands: list[float]) -> list[float]:

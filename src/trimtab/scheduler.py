@@ -14,15 +14,18 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
-from trimtab.model import Job, JobState
+from trimtab.model import Job, JobState, Resources
 
+_ONE_GPU = Resources(gpus=1)
 Shape = tuple[Any, ...]
 Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
 
 
 def shape_of(job: Job) -> Shape:
-    """What makes two jobs interchangeable for placement: the gang size, the task request and the constraints."""
-    return (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())))
+    """What makes two jobs interchangeable for a cycle: the gang size, the task request, every placement constraint,
+    and who asks (tenant, queue, priority, preemption policy), since admission and preemption depend on them."""
+    return (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
+            job.node_affinity, job.tenant, job.queue, job.priority, job.preemption_policy)
 
 
 class ShapeQueue:
@@ -96,10 +99,17 @@ class Scheduler:
         self.prior_attained_gpu_s: dict[str, float] = {}
         self.prior_executed_s: dict[str, float] = {}
         self._queue = ShapeQueue()
+        self._held: set[str] = set()  # pending jobs out of the queue until `resume` (retries backing off)
+        self.failed_gpus = np.zeros(len(cluster), dtype=np.int64)  # GPUs out of service per node
+        self._failed_gpu_holds: dict[int, list[Allocation]] = {}
+        self._down = np.zeros(len(cluster), dtype=bool)  # nodes down (failed, cut off, left)
+        self.drained = np.zeros(len(cluster), dtype=bool)  # nodes drained by a plugin (see `_update_drains`)
+        self._drainers = [p for p in self.framework.plugins if hasattr(p, "drain_mask")]
         self._seq = itertools.count()
         self._dirty = True
         self._wake_s: float | None = None
         self.cycles_run = 0  # cycles that ran the plugins (the others found nothing changed)
+        self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
 
     # -------------------------------------------------------------------------------------------- events
@@ -112,9 +122,11 @@ class Scheduler:
         self.jobs[job.id] = job
         self._enqueue(job, now_s)
 
-    def stopped(self, job_id: str, now_s: float, state: JobState, executed_s: float | None = None) -> None:
+    def stopped(self, job_id: str, now_s: float, state: JobState, executed_s: float | None = None,
+                enqueue: bool = True) -> None:
         """A running job's attempt ended. `state` is COMPLETED, FAILED or CANCELLED for a terminal end, or PENDING
-        to queue it again (a retry after a failure); `executed_s` is the run time it keeps (after checkpoint loss)."""
+        to queue it again (a retry after a failure); `executed_s` is the run time it keeps (after checkpoint loss).
+        With `enqueue` False a PENDING job is held out of the queue (a retry backing off) until `resume`."""
         run = self.running.pop(job_id, None)
         if run is None:
             raise ValueError(f"job {job_id!r} is not running")
@@ -122,12 +134,22 @@ class Scheduler:
         self.framework.forget(job_id)
         self._book_stop(run, now_s, executed_s)
         self._dirty = True
-        if state is JobState.PENDING:
+        if state is JobState.PENDING and not enqueue:
+            self.state[job_id] = JobState.PENDING
+            self._held.add(job_id)
+        elif state is JobState.PENDING:
             self._enqueue(run.job, now_s)
         elif state.terminal:
             self.state[job_id] = state
+            if state is JobState.COMPLETED:
+                self.history.append((run.job, self.prior_executed_s[job_id]))
         else:
             raise ValueError(f"a stopped job goes to pending or a terminal state, not {state}")
+
+    def resume(self, job_id: str, now_s: float) -> None:
+        """A held job (see `stopped`) joins the queue again."""
+        self._held.remove(job_id)
+        self._enqueue(self.jobs[job_id], now_s)
 
     def credit(self, job_id: str, executed_s: float) -> None:
         """Set the run time a preempted (now pending) job keeps, once the world knows its checkpoint loss."""
@@ -142,7 +164,10 @@ class Scheduler:
         """Cancel a pending job (True), or say it is not pending (False: the world stops a running one)."""
         if self.state.get(job_id) is not JobState.PENDING:
             return False
-        self._dequeue(job_id)
+        if job_id in self._held:
+            self._held.remove(job_id)
+        else:
+            self._dequeue(job_id)
         self.state[job_id] = JobState.CANCELLED
         return True
 
@@ -150,17 +175,55 @@ class Scheduler:
         """A node fails: it takes no new work. Returns the running jobs that had tasks on it (the world stops
         them and reports each with `stopped`)."""
         node = self.cluster.index[name]
+        self._down[node] = True
         self.cluster.set_health(node, False)
         return [jid for jid, run in self.running.items() if node in run.alloc.nodes]
 
     def node_up(self, name: str) -> None:
-        self.cluster.set_health(self.cluster.index[name], True)
+        node = self.cluster.index[name]
+        self._down[node] = False
+        self.cluster.set_health(node, not self.drained[node])
+        self._dirty = True
+
+    def _update_drains(self, now_s: float) -> None:
+        """Ask the plugins that drain nodes (a `drain_mask(ctx) -> bool[n]` method, True: drain) which nodes take no
+        new work now. A drained node keeps its running jobs; it is out of reach of new ones (and of the free-GPU
+        counts that preemption relies on) until no plugin drains it."""
+        ctx = self.context(now_s)
+        wanted = np.zeros(len(self.cluster), dtype=bool)
+        for plugin in self._drainers:
+            wanted |= plugin.drain_mask(ctx)
+        for node in np.flatnonzero(wanted != self.drained):
+            self.drained[node] = wanted[node]
+            self.cluster.set_health(int(node), not (wanted[node] or self._down[node]))
+            self._dirty = True
+
+    def gpu_down(self, name: str) -> None:
+        """One GPU of a node fails: the node keeps running with one GPU less. The GPU must be free (the world
+        first stops the job that was using it)."""
+        node = self.cluster.index[name]
+        if self.cluster.free_gpus[node] < 1:
+            raise ValueError(f"node {name} has no free GPU to take out of service")
+        hold = Allocation(np.array([node]), np.array([1]), _ONE_GPU)
+        self.cluster.allocate(hold)  # the cluster records which GPU; the same Allocation gives it back
+        self._failed_gpu_holds.setdefault(node, []).append(hold)
+        self.failed_gpus[node] += 1
+
+    def gpu_up(self, name: str) -> None:
+        """A failed GPU of a node is repaired."""
+        node = self.cluster.index[name]
+        if self.failed_gpus[node] < 1:
+            raise ValueError(f"node {name} has no failed GPU")
+        self.cluster.release(self._failed_gpu_holds[node].pop(0))
+        self.failed_gpus[node] -= 1
         self._dirty = True
 
     # -------------------------------------------------------------------------------------------- cycle
 
     def cycle(self, now_s: float) -> Decision:
         """Run one scheduling cycle at `now_s` and book its starts and preemptions."""
+        if self._drainers:
+            self._update_drains(now_s)
         if self._wake_s is not None and now_s >= self._wake_s:
             self._dirty = True
         if not self._dirty:
@@ -195,7 +258,7 @@ class Scheduler:
 
     def context(self, now_s: float) -> CycleContext:
         return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
-                            self.prior_executed_s, self.rng)
+                            self.prior_executed_s, self.rng, history=self.history)
 
     def pending(self) -> list[Job]:
         """Pending jobs in queue order (for a static order) or arrival order."""

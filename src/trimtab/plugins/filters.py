@@ -1,13 +1,14 @@
 """Filter plugins: boolean masks over nodes that a job's tasks may use.
 
-gpu-model (the job's allowed GPU models) and node-selector (labels that must match)."""
+gpu-model (the job's allowed GPU models), node-selector (labels that must match), taints (NoSchedule and
+NoExecute taints the job does not tolerate) and node-affinity (required node affinity terms)."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from trimtab.framework import CycleContext, Plugin
-from trimtab.model import Job
+from trimtab.model import Job, Taint
 
 
 class GpuModel(Plugin):
@@ -29,4 +30,91 @@ class NodeSelector(Plugin):
         return mask
 
 
-PLUGINS = {"gpu-model": GpuModel, "node-selector": NodeSelector}
+class Taints(Plugin):
+    """Nodes whose NoSchedule and NoExecute taints are all tolerated by the job (PreferNoSchedule is a preference
+    and never excludes a node). A toleration matches a taint as Kubernetes defines it: an empty key with Exists
+    matches every taint, Exists matches any value, Equal needs the same value, and an empty effect matches all
+    effects. Masks are cached per set of tolerations (taints do not change)."""
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[tuple[str, str, str, str], ...], np.ndarray] = {}
+
+    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        mask = self._cache.get(job.tolerations)
+        if mask is None or len(mask) != len(ctx.cluster):
+            mask = np.array([all(taint.effect == "PreferNoSchedule" or tolerates(job.tolerations, taint)
+                                 for taint in node.taints) for node in ctx.cluster.nodes], dtype=bool)
+            self._cache[job.tolerations] = mask
+        return mask
+
+
+def tolerates(tolerations: tuple[tuple[str, str, str, str], ...], taint: Taint) -> bool:
+    """Whether one of `tolerations` (key, operator, value, effect) tolerates `taint`."""
+    for key, op, value, effect in tolerations:
+        if effect and effect != taint.effect:
+            continue
+        if op == "Exists" and (not key or key == taint.key):
+            return True
+        if op == "Equal" and key == taint.key and value == taint.value:
+            return True
+    return False
+
+
+class NodeAffinity(Plugin):
+    """Nodes matching the job's required node affinity: any one term, each term all of its expressions (In,
+    NotIn, Exists, DoesNotExist, Gt, Lt on labels; keys `field:metadata.name` match the node name). NotIn and
+    DoesNotExist match a node without the label, as in Kubernetes. Masks are cached per affinity."""
+
+    def __init__(self) -> None:
+        self._cache: dict[object, np.ndarray] = {}
+        self._values: dict[str, np.ndarray] = {}
+
+    def _labels(self, key: str, ctx: CycleContext) -> np.ndarray:
+        values = self._values.get(key)
+        if values is None or len(values) != len(ctx.cluster):
+            if key == "field:metadata.name":
+                values = np.array([n.name for n in ctx.cluster.nodes], dtype=object)
+            else:
+                values = np.array([n.labels.get(key) for n in ctx.cluster.nodes], dtype=object)
+            self._values[key] = values
+        return values
+
+    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        if not job.node_affinity:
+            return np.ones(len(ctx.cluster), dtype=bool)
+        mask = self._cache.get(job.node_affinity)
+        if mask is not None and len(mask) == len(ctx.cluster):
+            return mask
+        mask = np.zeros(len(ctx.cluster), dtype=bool)
+        for term in job.node_affinity:
+            term_mask = np.ones(len(ctx.cluster), dtype=bool)
+            for key, op, values in term:
+                labels = self._labels(key, ctx)
+                present = labels != None  # noqa: E711 (elementwise over an object array)
+                if op == "In":
+                    term_mask &= np.isin(labels, list(values))
+                elif op == "NotIn":
+                    term_mask &= ~np.isin(labels, list(values))
+                elif op == "Exists":
+                    term_mask &= present
+                elif op == "DoesNotExist":
+                    term_mask &= ~present
+                else:  # Gt / Lt: the label parses as an integer and compares
+                    bound = int(values[0])
+                    numbers = np.array([_as_int(v) for v in labels], dtype=object)
+                    ok = np.array([n is not None and (n > bound if op == "Gt" else n < bound) for n in numbers],
+                                  dtype=bool)
+                    term_mask &= ok
+            mask |= term_mask
+        self._cache[job.node_affinity] = mask
+        return mask
+
+
+def _as_int(value: object) -> int | None:
+    try:
+        return int(str(value)) if value is not None else None
+    except ValueError:
+        return None
+
+
+PLUGINS = {"gpu-model": GpuModel, "node-selector": NodeSelector, "taints": Taints, "node-affinity": NodeAffinity}

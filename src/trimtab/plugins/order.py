@@ -1,12 +1,15 @@
 """Queue-order plugins: each gives a job a sort key; lower goes first, and the profile chains them.
 
-fifo (arrival), sjf (fewest GPUs), srtf (least reference time left), las (Tiresias's discretised 2D-LAS), priority."""
+fifo (arrival), sjf (fewest GPUs), srtf (least reference time left), las (Tiresias's discretised 2D-LAS), priority,
+qssf (Helios: least predicted service, learned online)."""
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections import deque
 from collections.abc import Sequence
+from statistics import median
 from typing import ClassVar
 
 from trimtab.framework import CycleContext, Plugin
@@ -73,4 +76,41 @@ class Las(Plugin):
         return ctx.now_s + (self.thresholds_gpu_s[level] - attained) / run.alloc.gpus
 
 
-PLUGINS = {"fifo": Fifo, "sjf": Sjf, "srtf": Srtf, "las": Las, "priority": Priority}
+class Qssf(Plugin):
+    """Quasi-shortest-service-first (Helios): smallest predicted service (GPUs x predicted duration) first, with no
+    oracle. A job's duration is predicted when it is queued, as the median run time of the last `window` completed
+    jobs of the same tenant, user and job type, falling back to tenant and user, then tenant, then every job, then
+    `default_s`. It learns online from `ctx.history` (completed jobs in completion order)."""
+
+    def __init__(self, window: int = 50, default_s: float = 3600.0) -> None:
+        if window < 1 or default_s <= 0:
+            raise ValueError("qssf needs window >= 1 and default_s > 0")
+        self.window = window
+        self.default_s = float(default_s)
+        self._seen = 0
+        self._runs: dict[tuple[str, ...], deque[float]] = {}
+
+    def _learn(self, ctx: CycleContext) -> None:
+        history = ctx.history
+        for job, run_s in history[self._seen:]:
+            for key in self._keys(job):
+                self._runs.setdefault(key, deque(maxlen=self.window)).append(run_s)
+        self._seen = len(history)
+
+    @staticmethod
+    def _keys(job: Job) -> tuple[tuple[str, ...], ...]:
+        return (("t", job.tenant, job.user, job.job_type), ("u", job.tenant, job.user), ("n", job.tenant), ("*",))
+
+    def predict_s(self, job: Job, ctx: CycleContext) -> float:
+        self._learn(ctx)
+        for key in self._keys(job):
+            runs = self._runs.get(key)
+            if runs:
+                return float(median(runs))
+        return self.default_s
+
+    def order_key(self, job: Job, ctx: CycleContext) -> float:
+        return max(job.gpus, 1) * self.predict_s(job, ctx)
+
+
+PLUGINS = {"fifo": Fifo, "sjf": Sjf, "srtf": Srtf, "las": Las, "priority": Priority, "qssf": Qssf}

@@ -1,10 +1,14 @@
 """Preempt plugins: which running jobs to stop so that a waiting job can start.
 
-lower-order (victims ordered after the job in the queue order: LAS, SRTF) and lower-priority."""
+lower-order (victims ordered after the job in the queue order: LAS, SRTF), lower-priority, guarded (lower
+priority with anti-thrash guards and checkpoint-aware victims) and consolidate (move small jobs off a few nodes
+when a gang is blocked by fragmentation)."""
 
 from __future__ import annotations
 
-from trimtab.framework import CycleContext, Plugin
+import numpy as np
+
+from trimtab.framework import CycleContext, Decision, Plugin
 from trimtab.model import Job
 
 
@@ -75,4 +79,140 @@ class LowerPriority(Plugin):
         return _fewest_victims(job, ctx, [jid for _, _, jid in ranked])
 
 
-PLUGINS = {"lower-order": LowerOrder, "lower-priority": LowerPriority}
+class Guarded(Plugin):
+    """A job may evict running jobs of strictly lower priority, only if that makes it fit, under three anti-thrash
+    guards (each off when set to None):
+
+    - `min_runtime_s`: a job that started less than this ago is not evicted (it has not got anything done yet);
+    - `max_evictions_per_job`: a job already evicted this many times is not evicted again;
+    - `budget_per_hour`: GPUs evicted over the last hour stay within this fraction of the cluster's GPUs; a job
+      whose victims would overrun it waits instead.
+
+    Victims are the lowest priority first, then those that lose the least progress (GPUs x run time since their
+    last checkpoint, every `checkpoint_s`, or the job's own interval), then the fewest GPUs; victims that turn out
+    not to be needed are given back. A job whose priority class says `preemptionPolicy: Never` never evicts
+    (the framework does not ask for it)."""
+
+    def __init__(self, min_runtime_s: float | None = 600.0, max_evictions_per_job: int | None = 2,
+                 budget_per_hour: float | None = 0.5, checkpoint_s: float = 600.0) -> None:
+        self.min_runtime_s = min_runtime_s
+        self.max_evictions_per_job = max_evictions_per_job
+        self.budget_per_hour = budget_per_hour
+        self.checkpoint_s = float(checkpoint_s)
+        self.evictions: dict[str, int] = {}
+        self._evicted: list[tuple[float, int]] = []  # (time, GPUs) of evictions in the last hour
+        self._offered: dict[str, int] = {}
+
+    def open(self, ctx: CycleContext) -> None:
+        self._offered = {}
+        horizon = ctx.now_s - 3600.0
+        self._evicted = [(t, g) for t, g in self._evicted if t > horizon]
+
+    def _loss_gpu_s(self, jid: str, ctx: CycleContext) -> float:
+        run = ctx.running[jid]
+        step = getattr(run.job, "checkpoint_s", None) or self.checkpoint_s
+        since = ctx.executed_s(jid) % step if step > 0 else 0.0
+        return run.alloc.gpus * min(since, ctx.now_s - run.start_s + run.prior_executed_s)
+
+    def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
+        ranked = sorted(
+            (run.job.priority, self._loss_gpu_s(jid, ctx), run.alloc.gpus, -run.start_s, jid)
+            for jid, run in ctx.running.items()
+            if run.job.priority < job.priority
+            and (self.min_runtime_s is None or ctx.now_s - run.start_s >= self.min_runtime_s)
+            and (self.max_evictions_per_job is None or self.evictions.get(jid, 0) < self.max_evictions_per_job)
+        )
+        victims = _fewest_victims(job, ctx, [r[-1] for r in ranked])
+        if not victims:
+            return None
+        gpus = sum(ctx.running[v].alloc.gpus for v in victims)
+        if self.budget_per_hour is not None:
+            spent = sum(g for _, g in self._evicted)
+            if spent + gpus > self.budget_per_hour * ctx.cluster.total_gpus:
+                return None
+        self._offered.update({v: ctx.running[v].alloc.gpus for v in victims})
+        return victims
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        for victim in decision.preemptions:
+            if victim in self._offered:
+                self.evictions[victim] = self.evictions.get(victim, 0) + 1
+                self._evicted.append((ctx.now_s, self._offered[victim]))
+        if self._evicted and self.budget_per_hour is not None:
+            return self._evicted[0][0] + 3600.0  # budget comes back: ask again then
+        return None
+
+
+class Consolidate(Plugin):
+    """For a gang blocked by fragmentation (enough GPUs are free in all, but not enough on the nodes to hold its
+    multi-GPU tasks): move small jobs (at most `small_gpus` GPUs, on one node, ordered after the gang) off the nodes
+    where that costs least, so whole tasks fit. The cost of a move is the progress it loses (GPUs x run time since
+    its last checkpoint) plus a restart (`restart_s` x GPUs); nodes are freed cheapest per task gained first, with
+    at most `max_moves` jobs moved. Moved jobs wait in the queue and restart in the holes the gang leaves (the
+    scheduler is woken a second later for that). Gangs of one-GPU tasks are never fragmented and are left alone."""
+
+    def __init__(self, small_gpus: int = 2, max_moves: int = 4, checkpoint_s: float = 600.0,
+                 restart_s: float = 30.0) -> None:
+        self.small_gpus = int(small_gpus)
+        self.max_moves = int(max_moves)
+        self.checkpoint_s = float(checkpoint_s)
+        self.restart_s = float(restart_s)
+        self._moved = False
+
+    def open(self, ctx: CycleContext) -> None:
+        self._moved = False
+
+    def _cost_gpu_s(self, jid: str, ctx: CycleContext) -> float:
+        run = ctx.running[jid]
+        step = getattr(run.job, "checkpoint_s", None) or self.checkpoint_s
+        lost = ctx.executed_s(jid) % step if step > 0 else 0.0
+        return run.alloc.gpus * (min(lost, ctx.now_s - run.start_s) + self.restart_s)
+
+    def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
+        per_task = job.task.gpus
+        if per_task <= 1:
+            return None
+        cl = ctx.cluster
+        allowed = cl.healthy if ctx.node_mask is None else cl.healthy & ctx.node_mask(job)
+        free = np.where(allowed, cl.free_gpus, 0)
+        tasks_now = int((free // per_task).sum())
+        if tasks_now >= job.tasks or int(free.sum()) < job.gpus:
+            return None  # it fits already, or it lacks GPUs rather than whole nodes: not fragmentation
+        key = ctx.order_key(job)
+        movable: dict[int, list[tuple[float, int, str]]] = {}
+        for jid, run in ctx.running.items():
+            if (len(run.alloc.nodes) == 1 and run.alloc.gpus <= self.small_gpus and allowed[run.alloc.nodes[0]]
+                    and ctx.running_keys.get(jid, key) > key):
+                movable.setdefault(int(run.alloc.nodes[0]), []).append(
+                    (self._cost_gpu_s(jid, ctx), run.alloc.gpus, jid))
+        plans = []  # (cost per task gained, tasks gained, jobs) per node
+        for node, jobs in movable.items():
+            jobs.sort()
+            have, cost, chosen = int(free[node]), 0.0, []
+            best = (have + sum(g for _, g, _ in jobs)) // per_task
+            for c, g, jid in jobs:
+                if have // per_task >= best:
+                    break
+                have, cost = have + g, cost + c
+                chosen.append(jid)
+            gained = have // per_task - int(free[node]) // per_task
+            if gained > 0:
+                plans.append((cost / gained, gained, chosen))
+        plans.sort()
+        victims: list[str] = []
+        for _, gained, chosen in plans:
+            if tasks_now >= job.tasks:
+                break
+            victims += chosen
+            tasks_now += gained
+        if tasks_now < job.tasks or len(victims) > self.max_moves:
+            return None
+        self._moved = True
+        return victims
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        return ctx.now_s + 1.0 if self._moved and decision.preemptions else None
+
+
+PLUGINS = {"lower-order": LowerOrder, "lower-priority": LowerPriority, "guarded": Guarded,
+           "consolidate": Consolidate}

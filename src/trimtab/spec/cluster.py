@@ -55,6 +55,10 @@ def load_cluster(spec: str | Path) -> list[Node]:
         return _read_tiresias(Path(rest), rest)
     if sep and head == "yaml":
         return _read_yaml(Path(rest), rest)
+    if sep and head == "openb":  # Alibaba openb node list: see spec/openb.py
+        from trimtab.spec.openb import load_openb_nodes
+
+        return load_openb_nodes(rest)
     path = Path(text)
     if path.is_file():
         if path.suffix in (".yaml", ".yml"):

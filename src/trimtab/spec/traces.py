@@ -52,6 +52,10 @@ def load_trace(
     Raises SpecError naming the file, the line and the field for any row that cannot become a Job (bad number, no
     GPUs, duplicate id, unknown job type), for a missing file and for an unknown format."""
     text = str(spec)
+    if text.startswith("openb:"):  # Alibaba openb pod list: see spec/openb.py (jobs in file order)
+        from trimtab.spec.openb import load_openb_pods
+
+        return load_openb_pods(text.removeprefix("openb:"))
     fmt, path_text = _split_format(text)
     path = Path(path_text)
     if fmt is None:

@@ -1,0 +1,438 @@
+"""Score plugins: rank the nodes for one job, 0..100 per node (higher is better), vectorised over nodes.
+
+The packing baselines of the FGD paper, round robins, least-*, qos-isolation, fgd and trimtab's steady-pack."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from trimtab.cluster import GPU_MILLI, Allocation, ClusterState, gpu_kind
+from trimtab.framework import CycleContext, Plugin
+from trimtab.model import Job, Resources
+from trimtab.plugins.place import tie_rank, top_node
+
+# Normalisers of the FGD authors' simulator (hkust-adsl/kubernetes-scheduler-simulator): the largest node spec.
+MAX_SPEC_CPU_MILLI = 128_000
+MAX_SPEC_GPU_MILLI = 8_000
+
+
+def _gpu_milli(task: Resources) -> int:
+    return task.gpus * GPU_MILLI + task.gpu_milli
+
+
+class Random(Plugin):
+    """Every node a uniform random score, from the cycle's seeded RNG (ties in `place` are random too)."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        return ctx.rng.uniform(0.0, 100.0, len(ctx.cluster))
+
+
+class RoundRobin(Plugin):
+    """Nodes in turn: the node after the one favoured for the previous job scores 100, the others less the further
+    they are from it in index order."""
+
+    def __init__(self) -> None:
+        self._next = 0
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        n = len(ctx.cluster)
+        distance = (np.arange(n) - self._next) % n
+        self._next = (self._next + 1) % n
+        return 100.0 * (1.0 - distance / n)
+
+
+class WeightedRoundRobin(Plugin):
+    """Smooth weighted round robin (as nginx): each job, every node's credit grows by its weight; the node with the
+    most credit scores 100 and pays the total weight back, so node i is favoured weight_i / sum of weights of the
+    time. `weights` maps node names or GPU models to weights (default 1; a node's own name wins over its model)."""
+
+    def __init__(self, weights: Mapping[str, float] | None = None) -> None:
+        self.weights = dict(weights or {})
+        self._credit: np.ndarray | None = None
+        self._w: np.ndarray | None = None
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        cluster = ctx.cluster
+        if self._w is None or len(self._w) != len(cluster):
+            self._w = np.array([float(self.weights.get(n.name, self.weights.get(n.gpu_model, 1.0)))
+                                for n in cluster.nodes])
+            self._credit = np.zeros(len(cluster))
+        assert self._credit is not None
+        self._credit += self._w
+        order = np.argsort(-self._credit, kind="stable")
+        self._credit[order[0]] -= self._w.sum()
+        ranks = np.empty(len(cluster))
+        ranks[order] = np.arange(len(cluster))
+        return 100.0 * (1.0 - ranks / len(cluster))
+
+
+class LeastConnections(Plugin):
+    """Fewest running tasks: 100 on a node that runs none, 0 on the busiest."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        tasks = ctx.cluster.tasks_running
+        top = max(int(tasks.max()), 1)
+        return 100.0 * (1.0 - tasks / top)
+
+
+def _free_share(cluster: ClusterState, task: Resources) -> np.ndarray:
+    """Mean free share (0..1) over the dimensions the task asks for (GPU milli, CPU, memory)."""
+    parts = []
+    if task.wants_gpu:
+        cap = np.maximum(cluster.cap_gpus * GPU_MILLI, 1)
+        parts.append(cluster.free_gpu_milli / cap)
+    if task.cpu_milli or not parts:
+        parts.append(cluster.free_cpu_milli / np.maximum(cluster.cap_cpu_milli, 1))
+    if task.mem_mib:
+        parts.append(cluster.free_mem_mib / np.maximum(cluster.cap_mem_mib, 1))
+    return np.mean(parts, axis=0)
+
+
+class LeastLoad(Plugin):
+    """Most free (spread): 100 x the node's mean free share over the resources the job asks for."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        return 100.0 * _free_share(ctx.cluster, job.task)
+
+
+def _fits(cluster: ClusterState, task: Resources) -> np.ndarray:
+    return cluster.fit_counts(task) > 0
+
+
+def _normalise_int(raw: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Integer min-max normalisation to 0..100 over the nodes in `mask`, as kube-scheduler score extensions do."""
+    out = np.zeros(len(raw))
+    if not mask.any():
+        return out
+    lo, hi = raw[mask].min(), raw[mask].max()
+    if hi > lo:
+        out[mask] = (raw[mask] - lo) * 100 // (hi - lo)
+    return out
+
+
+class BestFit(Plugin):
+    """Least left over after placing: 100 x (1 - (CPU left / 128 cores + GPU milli left / 8000) / 2), truncated to
+    an integer and min-max normalised over the nodes the task fits on (the FGD authors' BestFit)."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        c, t = ctx.cluster, job.task
+        left = 0.5 * (c.free_cpu_milli - t.cpu_milli) / MAX_SPEC_CPU_MILLI \
+            + 0.5 * (c.free_gpu_milli - _gpu_milli(t)) / MAX_SPEC_GPU_MILLI
+        raw = np.trunc((1.0 - left) * 100.0)
+        return _normalise_int(raw, _fits(c, t))
+
+
+class DotProduct(Plugin):
+    """Tetris-style alignment of the request with what is left, CPU and GPU milli normalised by the largest node
+    spec: 100 x (1 - <left, request> / 2), truncated (the FGD authors' DotProd with merged GPU dimension; a smaller
+    product, i.e. a request that leaves the node's other resources alone, scores higher)."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        c, t = ctx.cluster, job.task
+        dot = (c.free_cpu_milli / MAX_SPEC_CPU_MILLI) * (t.cpu_milli / MAX_SPEC_CPU_MILLI) \
+            + (c.free_gpu_milli / MAX_SPEC_GPU_MILLI) * (_gpu_milli(t) / MAX_SPEC_GPU_MILLI)
+        score = np.trunc(100.0 * (1.0 - dot / 2.0))
+        score[c.free_cpu_milli < t.cpu_milli] = 0.0
+        return score
+
+
+class GpuClustering(Plugin):
+    """Keep GPU jobs of one kind together (share, 1-GPU, 2-GPU, ...): 75..100 on nodes running only that kind,
+    50..75 with other kinds as well, 25..50 on nodes with no GPU job, 0..25 on nodes running only other kinds;
+    within a band, fuller nodes score higher. A CPU-only job scores 0 everywhere."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        c = ctx.cluster
+        tag = gpu_kind(job.task)
+        if not tag:
+            return np.zeros(len(c))
+        kinds = c.kind_tasks
+        same = kinds.get(tag, np.zeros(len(c), dtype=np.int64)) > 0
+        count = sum((v > 0).astype(np.int64) for v in kinds.values()) if kinds else np.zeros(len(c), np.int64)
+        band = np.where(same, np.where(count == 1, 75, 50), np.where(count == 0, 25, 0))
+        return band + 25 * (MAX_SPEC_GPU_MILLI - c.free_gpu_milli) // MAX_SPEC_GPU_MILLI
+
+
+def _best_share_left(cluster: ClusterState, milli: int) -> np.ndarray:
+    """Per node, the least free milli of a GPU that can take `milli` (a large number where none can)."""
+    rows = cluster.gpu_free_milli
+    return np.where(rows >= milli, rows, 10 * GPU_MILLI).min(axis=1)
+
+
+class GpuPacking(Plugin):
+    """Fill shared GPUs first, then idle GPUs on used nodes, then empty nodes (the FGD authors' GpuPacking):
+    a share that fits on a used GPU scores 50..100 (fuller GPU higher), a task that must take idle GPUs of a node
+    already in use 33..50 (fewer idle GPUs taken higher), a fully idle node 0..33 (fewer GPUs higher)."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        c, t = ctx.cluster, job.task
+        n = len(c)
+        if not (t.gpus or t.gpu_milli):
+            return np.zeros(n)
+        all_idle = c.free_gpus == c.cap_gpus
+        score = np.maximum(33 - c.free_gpus, c.free_gpus).astype(float)
+        if t.gpu_milli:
+            left = _best_share_left(c, t.gpu_milli)
+            shared = np.maximum(100 - (left * 100 // GPU_MILLI) // 10, 50)
+            used = np.where(left < GPU_MILLI, shared, 49)
+        else:
+            used = np.full(n, max(50 - t.gpus, 33))
+        return np.where(all_idle, score, used).astype(float)
+
+
+LATENCY_SENSITIVE = ("LS", "Guaranteed")
+BEST_EFFORT = ("BE", "BestEffort")
+
+
+class QosIsolation(Plugin):
+    """Keep latency-sensitive work (QoS LS, Guaranteed) away from best-effort work (BE) on shared nodes: an LS task
+    scores 100 on nodes running no BE task, less the more they run; a BE task scores higher where BE tasks already
+    run (so they gather); other classes score 50 everywhere."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        c, qos = ctx.cluster, job.task.qos
+        be = sum((c.qos_tasks[q] for q in BEST_EFFORT if q in c.qos_tasks), np.zeros(len(c), dtype=np.int64))
+        top = max(int(be.max()), 1)
+        if qos in LATENCY_SENSITIVE:
+            return 100.0 * (1.0 - be / top)
+        if qos in BEST_EFFORT:
+            return 100.0 * be / top
+        return np.full(len(c), 50.0)
+
+
+# --------------------------------------------------------------------------------------- fragmentation (FGD)
+
+
+class TargetWorkload:
+    """The workload a node's fragmentation is measured against: request kinds with their probabilities.
+
+    Kind k asks for `cpu_milli[k]`, `count[k]` GPUs of `milli[k]` milli each (count 0: CPU only), on any model in
+    `models[k]` (empty: any). Built from jobs by `from_jobs`, which keeps the most popular kinds that together
+    make up `popular` of the jobs (the FGD authors keep 95%) and renormalises."""
+
+    def __init__(self, kinds: Sequence[tuple[int, int, int, tuple[str, ...]]], weights: Sequence[float]) -> None:
+        if not kinds:
+            raise ValueError("a target workload needs at least one request kind")
+        w = np.asarray(weights, dtype=float)
+        self.kinds = list(kinds)
+        self.p = w / w.sum()
+        self.cpu_milli = np.array([k[0] for k in kinds], dtype=np.int64)
+        self.count = np.array([k[1] for k in kinds], dtype=np.int64)
+        self.milli = np.array([k[2] for k in kinds], dtype=np.int64)
+        self.models = [k[3] for k in kinds]
+        gpu = self.count > 0
+        gpu_milli = float((self.p[gpu] * self.count[gpu] * self.milli[gpu]).sum())
+        # the workload's own CPU per milli-GPU, over its GPU requests (0 when it asks for no GPU)
+        self.cpu_per_gpu_milli = float((self.p[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli else 0.0
+
+    @staticmethod
+    def kind_of(task: Resources, models: tuple[str, ...] = ()) -> tuple[int, int, int, tuple[str, ...]]:
+        if task.gpus:
+            return (task.cpu_milli, task.gpus, GPU_MILLI, models)
+        if task.gpu_milli:
+            return (task.cpu_milli, 1, task.gpu_milli, models)
+        return (task.cpu_milli, 0, 0, models)
+
+    @classmethod
+    def from_jobs(cls, jobs: Iterable[Job], popular: float = 0.95) -> TargetWorkload:
+        counts: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
+        for job in jobs:
+            kind = cls.kind_of(job.task, tuple(job.gpu_models))
+            counts[kind] = counts.get(kind, 0) + job.tasks
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        total = sum(counts.values())
+        kept, cum = [], 0
+        for kind, n in ranked:
+            if cum >= popular * total:
+                break
+            kept.append((kind, n))
+            cum += n
+        return cls([k for k, _ in kept], [n for _, n in kept])
+
+    def model_ok(self, cluster: ClusterState) -> np.ndarray:
+        """[kind, node]: the kind may use the node's GPU model."""
+        ok = np.ones((len(self.kinds), len(cluster)), dtype=bool)
+        for k, models in enumerate(self.models):
+            if models:
+                ok[k] = cluster.model_mask(models)
+        return ok
+
+    def frag_milli(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model_ok: np.ndarray) -> np.ndarray:
+        """Expected fragmented GPU milli of node states (FGD's F_n(M)): for each kind, the free GPU milli it could
+        not use on that node (all of it when the kind does not fit, by CPU, GPU count or model, or asks no GPU;
+        else the GPUs with less free than it asks per GPU), weighted by the kind's probability.
+
+        `cpu_left[b]`, `gpu_left[b, g]` and `model_ok[b, k]` describe B states; returns B values."""
+        total = gpu_left.sum(axis=1)
+        ge = gpu_left[:, None, :] >= self.milli[None, :, None]
+        enough = ge.sum(axis=2) >= self.count[None, :]
+        small = np.where(ge, 0, gpu_left[:, None, :]).sum(axis=2)
+        fits = enough & (cpu_left[:, None] >= self.cpu_milli[None, :]) & model_ok & (self.milli > 0)[None, :]
+        per_kind = np.where(fits, small, total[:, None])
+        return per_kind @ self.p
+
+
+_HASH = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB),
+         np.random.default_rng(0).integers(1, 2**63, 4096, dtype=np.uint64) | np.uint64(1))
+
+
+class _Cache:
+    """Per request kind: the last score and GPU choice per node, and the node versions they were computed at."""
+
+    def __init__(self, n: int) -> None:
+        self.score = np.zeros(n)
+        self.gpu = np.full(n, -1, dtype=np.int64)
+        self.version = np.full(n, -1, dtype=np.int64)
+
+
+class _FragmentationPlacer(Plugin):
+    """Shared machinery of fgd and steady-pack: per node, the change of a fragmentation measure if the job's task
+    went there (on the best GPU for a share), cached per request kind and recomputed only for nodes whose state
+    changed since (ClusterState.version). `place` takes the highest total score (ties at random) and the GPU that
+    gave the node its score."""
+
+    def __init__(self, target: TargetWorkload | Sequence[Any] | None = None, popular: float = 0.95) -> None:
+        self.popular = popular
+        self.target = target if isinstance(target, TargetWorkload) or target is None else TargetWorkload(*target)
+        self._seen: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
+        self._caches: dict[tuple[Any, ...], _Cache] = {}
+        self._model_ok: np.ndarray | None = None
+        self._cluster: ClusterState | None = None
+
+    # the target is the given workload, else the distribution of requests seen so far (learned online)
+    def _target(self, job: Job) -> TargetWorkload:
+        if self.target is not None:
+            return self.target
+        kind = TargetWorkload.kind_of(job.task, tuple(job.gpu_models))
+        self._seen[kind] = self._seen.get(kind, 0) + job.tasks
+        self._caches.clear()
+        self._model_ok = None
+        ranked = sorted(self._seen.items(), key=lambda kv: (-kv[1], kv[0]))
+        return TargetWorkload([k for k, _ in ranked], [v for _, v in ranked])
+
+    def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
+                   model_ok: np.ndarray) -> np.ndarray:
+        """The measure to keep low (per node state); the score is its decrease."""
+        return target.frag_milli(cpu_left, gpu_left, model_ok)
+
+    def to_score(self, delta: np.ndarray) -> np.ndarray:
+        """0..100 from the decrease of the measure (milli-GPU)."""
+        return np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        cluster, task = ctx.cluster, job.task
+        target = self._target(job)
+        if self._cluster is not cluster or self._model_ok is None:
+            self._cluster = cluster
+            self._caches.clear()
+            self._model_ok = target.model_ok(cluster)
+        key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
+        cache = self._caches.get(key)
+        if cache is None:
+            cache = self._caches[key] = _Cache(len(cluster))
+        # only nodes the task fits on now: a full node's entry stays stale until it is asked about while it fits
+        stale = np.flatnonzero((cache.version != cluster.version) & (cluster.fit_counts(task) > 0))
+        if stale.size:
+            self._refresh(cache, stale, task, target, cluster)
+        self._last = cache
+        return cache.score
+
+    def _refresh(self, cache: _Cache, nodes: np.ndarray, task: Resources, target: TargetWorkload,
+                 cluster: ClusterState) -> None:
+        assert self._model_ok is not None
+        cpu = cluster.free_cpu_milli[nodes]
+        rows = cluster.gpu_free_milli[nodes]
+        ok = self._model_ok[:, nodes].T
+        width = rows.shape[1]
+        if task.gpu_milli:  # one option per GPU: the share on that GPU
+            options = np.repeat(rows[:, None, :], width, axis=1)
+            idx = np.arange(width)
+            options[:, idx, idx] -= task.gpu_milli
+            feasible = options.min(axis=2) >= 0
+        else:
+            options = rows[:, None, :].copy()
+            if task.gpus:  # whole GPUs come from the idle ones; which ones does not change the measure
+                idle = rows == GPU_MILLI
+                take = np.cumsum(idle, axis=1) <= task.gpus
+                options[:, 0, :] -= np.where(idle & take, GPU_MILLI, 0)
+            feasible = np.ones((len(nodes), 1), dtype=bool)
+        n_opt = options.shape[1]
+        states = np.concatenate([rows[:, None, :], options], axis=1)  # option 0: as is
+        cpus = np.concatenate([cpu[:, None], np.repeat((cpu - task.cpu_milli)[:, None], n_opt, axis=1)], axis=1)
+        values = self._values(target, cpus.reshape(-1), states.reshape(-1, width),
+                              np.repeat(ok, n_opt + 1, axis=0)).reshape(len(nodes), n_opt + 1)
+        scores = self.to_score(values[:, :1] - values[:, 1:])
+        scores = np.where(feasible, scores, -1.0)
+        best = np.argmax(scores, axis=1)  # the first of equals: lowest GPU index
+        cache.score[nodes] = np.maximum(scores[np.arange(len(nodes)), best], 0.0)
+        cache.gpu[nodes] = best if task.gpu_milli else -1
+        cache.version[nodes] = cluster.version[nodes]
+
+    def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray) -> np.ndarray:
+        """The measure of many states, each distinct state computed once (states keyed by a 64-bit hash of the CPU
+        left, the sorted GPU left and the model mask; the measure does not depend on the order of GPUs)."""
+        gpu = np.sort(gpu, axis=1)
+        with np.errstate(over="ignore"):
+            key = cpu.astype(np.uint64) * _HASH[0]
+            for g in range(gpu.shape[1]):
+                key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
+            key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        out = self.node_value(target, cpu[first], gpu[first], ok[first])
+        return out[inverse.reshape(-1)]
+
+    def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
+        self._rank = tie_rank(ctx, getattr(self, "_rank", None))
+        alloc = top_node(job, ctx, fit, score, self._rank)
+        if alloc is None or not job.task.gpu_milli or alloc.nodes.size != 1:
+            return alloc
+        if getattr(self, "_last", None) is None:
+            self.score(job, ctx)
+        gpu = int(self._last.gpu[int(alloc.nodes[0])])
+        if gpu < 0 or int(alloc.counts[0]) != 1:
+            return alloc
+        return Allocation(alloc.nodes, alloc.counts, alloc.task, gpu_idx=np.array([gpu]))
+
+
+class Fgd(_FragmentationPlacer):
+    """Fragmentation gradient descent (Weng et al., USENIX ATC'23, "Beware of Fragmentation"): place the task where
+    the node's expected fragmented GPU milli, measured against the target workload, grows least (or shrinks most).
+    Score = trunc(100 x sigmoid(decrease / 1000)), as in the authors' simulator; a share goes to the GPU of the node
+    with the best score. `target`: a TargetWorkload or (kinds, weights); None learns the distribution of the requests
+    scored so far."""
+
+
+class SteadyPack(_FragmentationPlacer):
+    """trimtab's packing policy: FGD's expected fragmentation, plus the GPU a node's CPU can no longer feed.
+
+    A GPU is only usable with CPU beside it, and the target workload says how much: its GPU requests bring
+    `cpu_per_gpu_milli` CPU per milli-GPU on average (nothing fitted). A node's free GPU milli beyond what its free
+    CPU can feed at that ratio counts as stranded, in FGD's unit; the task goes where fragmentation + stranded grows
+    least, scored and tie-broken as FGD. FGD sees CPU only one request ahead (a node is "short of CPU" for a kind
+    only once that kind no longer fits); steady-pack sees the whole mix, so CPU-hungry and CPU-only requests drift to
+    CPU-rich nodes before the CPU-poor ones run dry. See docs/placement.md."""
+
+    def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
+                   model_ok: np.ndarray) -> np.ndarray:
+        frag = target.frag_milli(cpu_left, gpu_left, model_ok)
+        feedable = cpu_left / max(target.cpu_per_gpu_milli, 1e-9)
+        return frag + np.maximum(0.0, gpu_left.sum(axis=1) - feedable)
+
+
+PLUGINS = {
+    "random": Random,
+    "round-robin": RoundRobin,
+    "weighted-round-robin": WeightedRoundRobin,
+    "least-connections": LeastConnections,
+    "least-load": LeastLoad,
+    "best-fit": BestFit,
+    "dot-product": DotProduct,
+    "gpu-clustering": GpuClustering,
+    "gpu-packing": GpuPacking,
+    "qos-isolation": QosIsolation,
+    "fgd": Fgd,
+    "steady-pack": SteadyPack,
+}

@@ -1,0 +1,94 @@
+"""The Executor contract: launch a task on chosen GPUs of a chosen node, stop it, report its exit, re-adopt it.
+
+The daemon owns all scheduling state; an executor only runs what it is told and reports what happened."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TaskLaunch:
+    """Everything needed to run one task of one attempt. `run_id` ("<job>.<attempt>.<rank>") names it for good:
+    the executor tags what it starts with it so the task can be found again after a daemon crash.
+
+    `node` and `gpu_ids` are the scheduler's choice (the executor must honour them, not choose); `gpu_ids` are
+    what CUDA_VISIBLE_DEVICES lists (indices, or MIG UUIDs). `env` already holds the rank variables and the
+    TRIMTAB_* variables; `run_dir` is a private folder for the executor's own bookkeeping of this task."""
+
+    run_id: str
+    job_id: int
+    attempt: int
+    rank: int
+    node: str
+    gpu_ids: tuple[str, ...]
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    workdir: str | None
+    log_path: Path
+    run_dir: Path
+
+
+@dataclass(frozen=True, slots=True)
+class TaskExit:
+    """A task ended. `exit_code` 0 is success; None means it vanished or was killed by a signal, which the daemon
+    treats like any non-zero code (a failed attempt, unless the daemon itself asked it to stop)."""
+
+    run_id: str
+    exit_code: int | None
+    detail: str = ""
+
+
+class Adoption(StrEnum):
+    """What `Executor.adopt` found for a task recorded in the store."""
+
+    RUNNING = "running"  # still running: now tracked, its exit will come through poll()
+    ENDED = "ended"  # ran and ended while the daemon was down: its TaskExit comes through the next poll()
+    NEVER_STARTED = "never-started"  # no trace that it ever started: the daemon may launch the attempt again
+
+
+class Executor(ABC):
+    """Runs tasks for the serve daemon. Called from the daemon's loop thread only, never concurrently.
+
+    Contract, per method:
+    validate(argv)        before a job is accepted: None if the command can run here, else a short reason (the
+                          API answers 422 with it and stores nothing).
+    launch(task)          start the task now on exactly `task.node` / `task.gpu_ids`; returns a JSON-able handle
+                          that the daemon commits to the store and hands back to `adopt` after a restart. Raising
+                          OSError means the task could not start (the daemon records a failed attempt).
+    stop(run_id, grace_s) ask the task to end (SIGTERM or equivalent) and end it forcibly after `grace_s`;
+                          its exit is still reported through poll(). Unknown ids are ignored.
+    poll()                the tasks that ended since the last call, each reported exactly once. A task is reported
+                          only once nothing of it can still hold its GPUs.
+    adopt(task, handle)   after a daemon restart, for every task the store says may be running (`handle` None
+                          if the crash came before it was recorded). Must not mistake a different process (a
+                          recycled pid) for the task. Returns an Adoption.
+    close()               the daemon is shutting down; running tasks keep running (they are re-adopted later).
+
+    A Ray executor implements the same methods with a placement group pinned to `task.node` and an actor that
+    runs `argv`; its handle holds the actor and placement-group ids."""
+
+    name: str = "executor"
+
+    @abstractmethod
+    def validate(self, argv: tuple[str, ...]) -> str | None: ...
+
+    @abstractmethod
+    def launch(self, task: TaskLaunch) -> dict[str, Any]: ...
+
+    @abstractmethod
+    def stop(self, run_id: str, grace_s: float) -> None: ...
+
+    @abstractmethod
+    def poll(self) -> list[TaskExit]: ...
+
+    @abstractmethod
+    def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption: ...
+
+    def close(self) -> None:
+        return None

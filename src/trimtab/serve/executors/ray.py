@@ -1,0 +1,372 @@
+"""The Ray executor: trimtab places, Ray runs. Each task is a detached actor pinned to the node trimtab chose
+(hard node affinity), which starts the job's command as a process and streams its output back.
+
+Owns the Ray side of `trimtab serve --backend ray`: the inventory read from the Ray cluster's nodes, which nodes are
+alive (polled by the daemon through `node_changes`), launch / stop / poll / adopt of task actors."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trimtab.model import Node, Resources
+from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
+from trimtab.serve.gpus import Device, Inventory
+
+NAMESPACE = "trimtab"
+ACTOR_PREFIX = "trimtab-task-"
+RUN_ID_VAR = "TRIMTAB_RUN_ID"
+LOG_CHUNK = 1 << 20
+
+# The process an actor starts: a session leader that runs the command in its own process group and, through
+# PR_SET_PDEATHSIG, kills that whole group if the actor dies (node lost, actor killed), so no orphan of a task
+# keeps its GPUs. SIGTERM (a stop) reaches the command through the group; the supervisor only waits.
+SUPERVISOR = r"""
+import ctypes, os, signal, subprocess, sys
+def lost(*_):
+    os.killpg(0, signal.SIGKILL)
+signal.signal(signal.SIGUSR1, lost)
+signal.signal(signal.SIGTERM, lambda *_: None)
+ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))
+if os.getppid() != int(sys.argv[1]):
+    lost()
+child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
+while True:
+    try:
+        code = child.wait()
+        break
+    except InterruptedError:
+        continue
+sys.exit(code if code >= 0 else 128 - code)
+"""
+
+
+def _ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the extra
+        raise RuntimeError("the Ray backend needs the ray extra: pip install 'trimtab[ray]'") from exc
+    return ray
+
+
+def connect(address: str) -> None:
+    """Join the Ray cluster at `address` as a driver (once per process)."""
+    ray = _ray()
+    if not ray.is_initialized():
+        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+
+
+def node_name(info: Mapping[str, Any]) -> str:
+    """trimtab's name for a Ray node: its address and the start of its node id (two raylets on one host differ)."""
+    return f"{info['NodeManagerAddress']}-{info['NodeID'][:8]}"
+
+
+def ray_inventory(nodes: list[dict[str, Any]] | None = None) -> Inventory:
+    """The alive Ray nodes that offer GPUs (all alive nodes if none does), their GPUs as ids 0..n-1 and their
+    model from Ray's `accelerator_type:*` resource."""
+    if nodes is None:
+        nodes = _ray().nodes()
+    alive = [n for n in nodes if n.get("Alive")]
+    with_gpus = [n for n in alive if n["Resources"].get("GPU", 0) > 0]
+    found: list[Node] = []
+    devices: dict[str, tuple[Device, ...]] = {}
+    for info in sorted(with_gpus or alive, key=node_name):
+        res = info["Resources"]
+        gpus = int(res.get("GPU", 0))
+        model = next((k.split(":", 1)[1] for k in res if k.startswith("accelerator_type:")), "")
+        name = node_name(info)
+        found.append(Node(name, Resources(gpus, int(res.get("CPU", 0)) * 1000,
+                                          int(res.get("memory", 0)) // (1 << 20)), gpu_model=model))
+        devices[name] = tuple(Device(str(i), model, 0) for i in range(gpus))
+    if not found:
+        raise ValueError("the Ray cluster has no alive node")
+    return Inventory(tuple(found), devices, "ray")
+
+
+class TaskActor:
+    """Runs one task's command on its node (the body of the Ray actor class). Threaded: `wait` blocks while
+    `read` and `signal` answer."""
+
+    def __init__(self, run_id: str, log_dir: str) -> None:
+        import threading
+
+        self.run_id = run_id
+        os.makedirs(log_dir, exist_ok=True)
+        self.log_path = os.path.join(log_dir, f"{run_id}.log")
+        self.proc: Any = None
+        self.code: int | None = None
+        self.done = threading.Event()
+
+    def start(self, argv: list[str], env: dict[str, str], workdir: str | None) -> dict[str, Any]:
+        import socket
+        import subprocess
+        import sys
+        import threading
+
+        full_env = {**os.environ, **env}
+        started = threading.Event()
+
+        def keep() -> None:  # this thread is the supervisor's parent: it lives as long as the task
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", SUPERVISOR, str(os.getpid()), *argv], stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=workdir or None,
+                    start_new_session=True, close_fds=True)
+            started.set()
+            self.code = self.proc.wait()
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, 9)  # leftovers of an ended task must not keep its GPUs
+            self.done.set()
+
+        try:
+            threading.Thread(target=keep, daemon=True).start()
+            started.wait(30)
+        except OSError as exc:
+            return {"error": str(exc)}
+        if self.proc is None:
+            return {"error": "could not start the command"}
+        return {"pid": self.proc.pid, "host": socket.gethostname()}
+
+    def wait(self) -> int | None:
+        self.done.wait()
+        return self.code
+
+    def read(self, offset: int) -> bytes:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(offset)
+                return f.read(LOG_CHUNK)
+        except OSError:
+            return b""
+
+    def signal(self, sig: int) -> None:
+        if self.proc is not None and not self.done.is_set():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, sig)
+
+    def cleanup(self) -> None:
+        with contextlib.suppress(OSError):
+            os.unlink(self.log_path)
+
+
+@dataclass(slots=True)
+class _Tracked:
+    actor: Any
+    log_path: Path
+    wait_ref: Any = None
+    read_ref: Any = None
+    offset: int = 0
+    kill_at_s: float | None = None
+    killed: bool = False
+    exit_code: int | None = None
+    detail: str = ""
+    ended: bool = False
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class RayExecutor(Executor):
+    """Runs each task as a detached actor named after its run id, pinned to `task.node` with a hard node affinity
+    and holding `len(task.gpu_ids)` of that node's Ray GPUs; the actor starts the command with the task's
+    environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR set to the address of rank 0's node).
+
+    Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
+    task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
+    actor dies (its node is gone) is reported with exit code None."""
+
+    name = "ray"
+
+    def __init__(self, address: str, clock: Callable[[], float] = time.monotonic,
+                 nodes_every_s: float = 1.0, log_dir: str = "/tmp/trimtab-ray") -> None:
+        connect(address)
+        ray = _ray()
+        self._ray = ray
+        self.address = address
+        self._clock = clock
+        self._nodes_every_s = nodes_every_s
+        self._next_nodes_s = 0.0
+        self._log_dir = log_dir
+        self._tasks: dict[str, _Tracked] = {}
+        self._masters: dict[tuple[int, int], str] = {}
+        self._node_ids: dict[str, str] = {}
+        self._node_ips: dict[str, str] = {}
+        self._alive: set[str] = set()
+        self._actor_cls = ray.remote(max_concurrency=4, num_cpus=0)(TaskActor)
+        self.inventory = ray_inventory()
+        self._refresh_nodes()
+
+    # ------------------------------------------------------------------------------------------- nodes
+
+    def _refresh_nodes(self) -> tuple[list[str], list[str]]:
+        alive: set[str] = set()
+        for info in self._ray.nodes():
+            name = node_name(info)
+            self._node_ids[name] = info["NodeID"]
+            self._node_ips[name] = info["NodeManagerAddress"]
+            if info.get("Alive"):
+                alive.add(name)
+        down, up = sorted(self._alive - alive), sorted(alive - self._alive)
+        self._alive = alive
+        return down, up
+
+    def node_changes(self) -> tuple[list[str], list[str]]:
+        """(nodes gone, nodes back) since the last call, checked at most every `nodes_every_s`. Nodes that join
+        after the start are not added to the scheduler's cluster (restart the server to take them in)."""
+        now = self._clock()
+        if now < self._next_nodes_s:
+            return [], []
+        self._next_nodes_s = now + self._nodes_every_s
+        return self._refresh_nodes()
+
+    # ------------------------------------------------------------------------------------------- contract
+
+    def validate(self, argv: tuple[str, ...]) -> str | None:
+        if not argv or not argv[0]:
+            return "the command is empty"
+        return None  # the command runs on a Ray node; its PATH is not known here
+
+    def launch(self, task: TaskLaunch) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        node_id = self._node_ids.get(task.node)
+        if node_id is None or task.node not in self._alive:
+            raise OSError(f"Ray node {task.node} is not alive")
+        key = (task.job_id, task.attempt)
+        if task.rank == 0 or key not in self._masters:
+            self._masters[key] = self._node_ips.get(task.node, "127.0.0.1")
+        env = {**task.env, "MASTER_ADDR": self._masters[key], RUN_ID_VAR: task.run_id}
+        name = ACTOR_PREFIX + task.run_id
+        with contextlib.suppress(ValueError):  # a leftover actor of the same name (a launch cut by a crash)
+            self._ray.kill(self._ray.get_actor(name, namespace=NAMESPACE))
+        actor = self._actor_cls.options(
+            name=name, namespace=NAMESPACE, lifetime="detached", num_gpus=len(task.gpu_ids),
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        ).remote(task.run_id, self._log_dir)
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        tracked = _Tracked(actor, task.log_path)
+        tracked.wait_ref = actor.wait.remote()
+        started = actor.start.remote(list(task.argv), env, task.workdir)
+        tracked.extra["start_ref"] = started
+        self._tasks[task.run_id] = tracked
+        return {"actor": name, "node_id": node_id, "namespace": NAMESPACE}
+
+    def stop(self, run_id: str, grace_s: float) -> None:
+        tracked = self._tasks.get(run_id)
+        if tracked is None or tracked.ended:
+            return
+        now = self._clock()
+        if tracked.kill_at_s is None:
+            tracked.actor.signal.remote(15 if grace_s > 0 else 9)
+            tracked.kill_at_s = now + grace_s
+        else:
+            tracked.kill_at_s = min(tracked.kill_at_s, now + grace_s)
+
+    def poll(self) -> list[TaskExit]:
+        ray = self._ray
+        now = self._clock()
+        exits: list[TaskExit] = []
+        self._pump_logs()
+        for run_id, tracked in list(self._tasks.items()):
+            start_ref = tracked.extra.get("start_ref")
+            if start_ref is not None:
+                ready, _ = ray.wait([start_ref], timeout=0)
+                if ready:
+                    tracked.extra.pop("start_ref")
+                    try:
+                        info = ray.get(start_ref)
+                    except Exception as exc:  # the actor died before it could start the command
+                        info = {"error": f"{type(exc).__name__}"}
+                    if "error" in info:
+                        tracked.ended, tracked.exit_code = True, 127
+                        tracked.detail = f"could not start: {info['error']}"
+            if not tracked.ended:
+                ready, _ = ray.wait([tracked.wait_ref], timeout=0)
+                if ready:
+                    tracked.ended = True
+                    try:
+                        code = ray.get(tracked.wait_ref)
+                        tracked.exit_code = code if code is not None and 0 <= code < 128 else None
+                        if tracked.exit_code is None:
+                            tracked.detail = "killed"
+                    except Exception as exc:  # RayActorError: the actor (or its node) died
+                        tracked.exit_code, tracked.detail = None, f"actor lost ({type(exc).__name__})"
+                elif tracked.kill_at_s is not None and now >= tracked.kill_at_s:
+                    if not tracked.killed:
+                        tracked.actor.signal.remote(9)
+                        tracked.killed = True
+                        tracked.kill_at_s = now + 5.0  # the actor does not answer: kill it, with its process
+                    else:
+                        ray.kill(tracked.actor, no_restart=True)
+                        tracked.kill_at_s = None
+                    continue
+            if tracked.ended:
+                self._drain_log(tracked)
+                with contextlib.suppress(Exception):
+                    tracked.actor.cleanup.remote()
+                    ray.kill(tracked.actor, no_restart=True)
+                del self._tasks[run_id]
+                exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail))
+        return exits
+
+    def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption:
+        try:
+            actor = self._ray.get_actor(ACTOR_PREFIX + task.run_id, namespace=NAMESPACE)
+        except ValueError:
+            if handle is None:
+                return Adoption.NEVER_STARTED
+            self._tasks[task.run_id] = _Tracked(None, task.log_path, ended=True, detail="vanished")
+            return Adoption.ENDED
+        offset = task.log_path.stat().st_size if task.log_path.exists() else 0
+        tracked = _Tracked(actor, task.log_path, offset=offset)
+        tracked.wait_ref = actor.wait.remote()
+        self._tasks[task.run_id] = tracked
+        return Adoption.RUNNING
+
+    def close(self) -> None:
+        self._tasks.clear()  # detached actors keep running; a restarted daemon adopts them
+
+    # ------------------------------------------------------------------------------------------- logs
+
+    def _pump_logs(self) -> None:
+        ray = self._ray
+        pending = [t for t in self._tasks.values() if t.read_ref is not None]
+        if pending:
+            ready, _ = ray.wait([t.read_ref for t in pending], num_returns=len(pending), timeout=0)
+            done = set(ready)
+            for tracked in pending:
+                if tracked.read_ref in done:
+                    self._take(tracked, tracked.read_ref)
+        for tracked in self._tasks.values():
+            if tracked.read_ref is None and tracked.actor is not None and not tracked.ended:
+                tracked.read_ref = tracked.actor.read.remote(tracked.offset)
+
+    def _take(self, tracked: _Tracked, ref: Any) -> bool:
+        tracked.read_ref = None
+        try:
+            data = self._ray.get(ref)
+        except Exception:  # the actor is gone: what it had not sent is lost
+            return False
+        if data:
+            with open(tracked.log_path, "ab") as log:
+                log.write(data)
+            tracked.offset += len(data)
+        return bool(data)
+
+    def _drain_log(self, tracked: _Tracked) -> None:
+        """Read what is left of an ended task's output (bounded: a dead actor answers with an error at once)."""
+        if tracked.actor is None:
+            return
+        ray = self._ray
+        if tracked.read_ref is not None:
+            ready, _ = ray.wait([tracked.read_ref], timeout=5)
+            if not ready or not self._take(tracked, tracked.read_ref):
+                return
+        for _ in range(64):
+            ref = tracked.actor.read.remote(tracked.offset)
+            ready, _ = ray.wait([ref], timeout=5)
+            if not ready or not self._take(tracked, ref):
+                return

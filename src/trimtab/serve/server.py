@@ -1,0 +1,90 @@
+"""Putting `trimtab serve` together: data dir, store (migrated), admin token, GPU inventory, local executor, daemon
+(recovered from the store), and the API served by uvicorn until SIGINT / SIGTERM.
+
+A SIGKILL at any moment is safe: the next start recovers from the store and re-adopts the running tasks."""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from trimtab.framework import Profile
+from trimtab.serve.daemon import Daemon, ServeConfig
+from trimtab.serve.executors.base import Executor
+from trimtab.serve.executors.local import LocalExecutor
+from trimtab.serve.gpus import discover
+from trimtab.serve.store import Store
+
+ADMIN_TOKEN_FILE = "admin.token"
+
+
+def prepare(config: ServeConfig, say: Callable[[str], None] = print,
+            executor: Executor | None = None) -> Daemon:
+    """Everything but the HTTP server: returns a recovered daemon whose loop is not started yet."""
+    data_dir = config.data_dir.expanduser()
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    profile = Profile.load(config.policy)
+    if executor is None and config.backend == "ray":
+        from trimtab.serve.executors.ray import RayExecutor
+
+        executor = RayExecutor(config.ray_address or "auto")
+    inventory = getattr(executor, "inventory", None) or discover(config.gpus, config.cluster)
+    store = Store(config.store_url)
+    store.upgrade()
+    token = store.ensure_admin_token(time.time())
+    token_file = data_dir / ADMIN_TOKEN_FILE
+    if token is not None:
+        _write_secret(token_file, token)
+        say(f"admin token (shown once, kept in {token_file}): {token}")
+    elif not token_file.exists():
+        say(f"note: the database has an admin token but {token_file} is missing")
+    daemon = Daemon(store, inventory, executor or LocalExecutor(), profile, data_dir, grace_s=config.grace_s,
+                    tick_s=config.tick_s, sample_every_s=config.sample_every_s)
+    counts = daemon.recover()
+    say(f"GPUs: {inventory.describe()}")
+    say(f"store: {_safe_url(config.store_url)}; policy: {profile.name}; data: {data_dir}")
+    if counts:
+        say("recovered: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
+    return daemon
+
+
+def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
+    """Serve until interrupted."""
+    import uvicorn
+
+    from trimtab.serve.api import create_app
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    daemon = prepare(config, say)
+    app = create_app(daemon, config.max_body_bytes)
+    daemon.start()
+    if config.host not in ("127.0.0.1", "localhost", "::1"):
+        say(f"note: listening on {config.host}: the API is reachable from the network and speaks plain HTTP; put "
+            "a TLS proxy in front of it so tokens do not travel in clear text")
+    say(f"serving on http://{config.host}:{config.port}/ (API docs at /docs)")
+    try:
+        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+    finally:
+        daemon.shutdown()
+        daemon.store.close()
+
+
+def _write_secret(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(text + "\n")
+    os.chmod(path, 0o600)
+
+
+def _safe_url(url: str) -> str:
+    """The store URL without its password."""
+    head, sep, tail = url.partition("://")
+    if "@" in tail:
+        creds, _, host = tail.rpartition("@")
+        user = creds.split(":")[0]
+        return f"{head}{sep}{user}:***@{host}"
+    return url

@@ -1,0 +1,127 @@
+"""Read-side queries of the serve store, shaped as the API's JSON: jobs with their runs, stats for the dashboard,
+and the aggregates behind /metrics. No scheduler state here: these read the store only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session
+
+from trimtab.serve.store import JobRow, RunRow, SampleRow
+
+
+def job_json(row: JobRow, runs: list[RunRow] | None) -> dict[str, Any]:
+    """A job as the API shows it; `runs` in (attempt, rank) order, or [] when not loaded."""
+    return {
+        "id": row.id, "name": row.name, "tenant": row.tenant, "state": row.state,
+        "priority_class": row.priority_class or "normal", "priority": row.priority,
+        "tasks": row.tasks, "gpus_per_task": row.gpus_per_task, "gpus": row.gpus,
+        "cpu_milli": row.cpu_milli, "mem_mib": row.mem_mib, "gpu_models": row.gpu_models,
+        "node_selector": row.node_selector, "command": row.command, "workdir": row.workdir,
+        "retries": row.max_retries, "attempts": row.attempts, "failures": row.failures,
+        "preemptions": row.preemptions, "submit_s": row.submit_s, "first_start_s": row.first_start_s,
+        "end_s": row.end_s, "exit_code": row.exit_code, "reason": row.reason,
+        "cancel_requested": row.cancel_requested, "idempotency_key": row.idempotency_key,
+        "runs": [run_json(r) for r in runs or []],
+    }
+
+
+def run_json(run: RunRow) -> dict[str, Any]:
+    return {"attempt": run.attempt, "rank": run.rank, "node": run.node, "gpus": run.gpu_ids, "state": run.state,
+            "start_s": run.start_s, "end_s": run.end_s, "exit_code": run.exit_code, "outcome": run.outcome,
+            "pid": (run.handle or {}).get("pid")}
+
+
+def runs_by_job(s: Session, job_ids: list[int]) -> dict[int, list[RunRow]]:
+    found: dict[int, list[RunRow]] = {j: [] for j in job_ids}
+    if job_ids:
+        query = select(RunRow).where(RunRow.job_id.in_(job_ids)).order_by(RunRow.job_id, RunRow.attempt,
+                                                                           RunRow.rank)
+        for run in s.scalars(query):
+            found[run.job_id].append(run)
+    return found
+
+
+def stats(s: Session, since_s: float, bucket_s: float) -> dict[str, Any]:
+    """Utilisation samples since `since_s` and completions per `bucket_s` bucket (for the dashboard)."""
+    samples = s.execute(select(SampleRow.t_s, SampleRow.gpus_allocated, SampleRow.gpus_total, SampleRow.pending,
+                               SampleRow.running).where(SampleRow.t_s >= since_s).order_by(SampleRow.t_s)).all()
+    ends = s.scalars(select(JobRow.end_s).where(JobRow.state == "completed", JobRow.end_s >= since_s)).all()
+    buckets: dict[int, int] = {}
+    for end in ends:
+        key = int((end - since_s) // bucket_s)
+        buckets[key] = buckets.get(key, 0) + 1
+    return {
+        "since_s": since_s, "bucket_s": bucket_s,
+        "samples": [{"t_s": t, "gpus_allocated": a, "gpus_total": g, "pending": p, "running": r}
+                    for t, a, g, p, r in samples],
+        "completions": [{"t_s": since_s + k * bucket_s, "count": n} for k, n in sorted(buckets.items())],
+    }
+
+
+def summary(s: Session, now_s: float, window_s: float = 3600.0) -> dict[str, float | int | None]:
+    """The DESIGN.md summary metrics that a live store can answer, over every job it holds. The windowed ones
+    (`throughput_cv`, `goodput_cv`) use the whole windows of `window_s` from the first submission to `now_s`;
+    goodput counts the GPU-seconds of attempts that completed (progress of failed or preempted attempts is lost);
+    `backlogged_util` averages the allocation samples taken while some job was pending."""
+    counts = {state: n for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))}
+    done = np.array(s.execute(select(JobRow.submit_s, JobRow.first_start_s, JobRow.end_s)
+                              .where(JobRow.state == "completed")).all(), dtype=float).reshape(-1, 3)
+    started = np.array(s.scalars(select(JobRow.first_start_s - JobRow.submit_s)
+                                 .where(JobRow.first_start_s.is_not(None))).all(), dtype=float)
+    outcomes = {outcome: n for outcome, n in s.execute(select(RunRow.outcome, func.count())
+                                                         .where(RunRow.rank == 0).group_by(RunRow.outcome))}
+    samples = np.array(s.execute(select(SampleRow.gpus_allocated, SampleRow.gpus_total, SampleRow.pending)).all(),
+                       dtype=float).reshape(-1, 3)
+    first_submit = s.scalar(select(func.min(JobRow.submit_s)))
+    windows = int((now_s - first_submit) // window_s) if first_submit is not None else 0
+    throughput_cv = goodput_cv = None
+    if windows >= 2:
+        edges = first_submit + window_s * np.arange(windows + 1)
+        throughput_cv = _cv(np.histogram(done[:, 2], bins=edges)[0].astype(float))
+        good = s.execute(select(RunRow.start_s, RunRow.end_s, RunRow.gpu_ids)
+                         .where(RunRow.outcome == "completed")).all()
+        gpu_s = np.zeros(windows)
+        for start, end, gpu_ids in good:
+            overlap = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0, None)
+            gpu_s += overlap * len(gpu_ids)
+        goodput_cv = _cv(gpu_s)
+    backlogged = samples[samples[:, 2] > 0] if samples.size else samples
+    jct = done[:, 2] - done[:, 0]
+    attempts = sum(outcomes.values())
+    total = sum(counts.values())
+    terminal = sum(counts.get(k, 0) for k in ("completed", "failed", "cancelled"))
+    return {
+        "jobs_submitted": total,
+        "jobs_completed": counts.get("completed", 0),
+        "jobs_failed": counts.get("failed", 0),
+        "jobs_cancelled": counts.get("cancelled", 0),
+        "jobs_pending": counts.get("pending", 0),
+        "jobs_running": counts.get("running", 0),
+        "jobs_lost": total - terminal - counts.get("pending", 0) - counts.get("running", 0),
+        "avg_jct_s": _mean(jct), "jct_std_s": float(jct.std()) if jct.size else None,
+        "p50_jct_s": _pct(jct, 50), "p95_jct_s": _pct(jct, 95), "p99_jct_s": _pct(jct, 99),
+        "avg_wait_s": _mean(started), "p99_wait_s": _pct(started, 99),
+        "failure_rate": outcomes.get("failed", 0) / attempts if attempts else None,
+        "preemptions": outcomes.get("preempted", 0),
+        "gpu_util": float(samples[:, 0].sum() / samples[:, 1].sum()) if samples.size and samples[:, 1].sum()
+        else None,
+        "backlogged_util": float(backlogged[:, 0].sum() / backlogged[:, 1].sum())
+        if backlogged.size and backlogged[:, 1].sum() else None,
+        "throughput_cv": throughput_cv, "goodput_cv": goodput_cv,
+    }
+
+
+def _cv(a: np.ndarray) -> float | None:
+    mean = float(a.mean()) if a.size else 0.0
+    return float(a.std() / mean) if mean > 0 else None
+
+
+def _mean(a: np.ndarray) -> float | None:
+    return float(a.mean()) if a.size else None
+
+
+def _pct(a: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(a, q)) if a.size else None

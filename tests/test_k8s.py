@@ -1,0 +1,235 @@
+"""The Kubernetes manifest reader: quantities, defaults, gangs, and errors that name the document and field."""
+
+from fractions import Fraction
+
+import pytest
+
+from trimtab.spec import SpecError
+from trimtab.spec.k8s import load_manifests, parse_duration_s, parse_quantity
+
+
+@pytest.mark.parametrize(("text", "value"), [
+    ("4Gi", 4 * 2**30), ("500m", Fraction(1, 2)), ("1.5", Fraction(3, 2)), ("2", 2), (3, 3), ("2e3", 2000),
+    ("1E", 10**18), ("1k", 1000), ("128974848", 128974848), ("129M", 129 * 10**6), ("123Mi", 123 * 2**20),
+    ("0.1", Fraction(1, 10)), ("100u", Fraction(1, 10**4)),
+])
+def test_quantities_parse_as_kubernetes_writes_them(text, value):
+    assert parse_quantity(text) == value
+
+
+@pytest.mark.parametrize("text", ["4GiB", "abc", "", "1.2.3", "5 Gi", True])
+def test_bad_quantities_are_refused(text):
+    with pytest.raises(ValueError, match="does not parse"):
+        parse_quantity(text)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("2h", 7200), ("1h30m", 5400), ("90s", 90), ("3600", 3600),
+                                               (45, 45), ("1.5h", 5400), ("1d", 86400)])
+def test_durations(text, seconds):
+    assert parse_duration_s(text) == seconds
+
+
+def load(text: str):
+    return load_manifests(text, text=True)
+
+
+POD = """
+apiVersion: v1
+kind: Pod
+metadata: {{name: {name}, namespace: {ns}, annotations: {annotations}, labels: {labels}}}
+spec:
+  {extra}
+  containers:
+  - name: c
+    image: i
+    resources: {resources}
+"""
+
+
+def pod(name="p", ns="team-a", resources="{limits: {nvidia.com/gpu: 1}}", extra="", annotations="{}",
+        labels="{}") -> str:
+    return POD.format(name=name, ns=ns, resources=resources, extra=extra or "schedulerName: default-scheduler",
+                      annotations=annotations, labels=labels)
+
+
+def test_a_pod_naming_a_missing_priority_class_is_refused():
+    with pytest.raises(SpecError, match=r"Pod p.*priorityClassName.*no PriorityClass with name gold was found"):
+        load(pod(extra="priorityClassName: gold"))
+
+
+def test_a_quantity_that_does_not_parse_names_document_and_field():
+    with pytest.raises(SpecError) as err:
+        load(pod(resources="{requests: {cpu: 2 cores}, limits: {nvidia.com/gpu: 1}}"))
+    assert "document 1" in str(err.value) and "Pod p" in str(err.value)
+    assert err.value.field == "spec.containers[0].resources.requests.cpu"
+
+
+def test_a_pod_whose_gang_is_never_defined_is_refused():
+    with pytest.raises(SpecError, match=r"PodGroup 'ghost'.*no document defines"):
+        load(pod(annotations="{scheduling.k8s.io/group-name: ghost}"))
+
+
+def test_a_pod_no_quota_could_ever_admit_is_refused():
+    quota = """
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus, namespace: team-a}
+spec: {hard: {requests.nvidia.com/gpu: "2"}}
+---"""
+    with pytest.raises(SpecError, match=r"exceeds ResourceQuota team-a/gpus on its own.*asked 4, hard limit 2"):
+        load(quota + pod(resources="{limits: {nvidia.com/gpu: 4}}"))
+    assert load(quota + pod(resources="{limits: {nvidia.com/gpu: 2}}")).jobs[0].gpus == 2
+
+
+def test_a_quota_on_cpu_requires_every_pod_to_state_a_cpu_request():
+    quota = """
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: compute, namespace: team-a}
+spec: {hard: {requests.cpu: "8"}}
+---"""
+    with pytest.raises(SpecError, match=r"must specify requests\.cpu"):
+        load(quota + pod())
+    assert load(quota + pod(resources="{requests: {cpu: 1}, limits: {nvidia.com/gpu: 1}}")).jobs[0].task.cpu_milli \
+        == 1000
+    load(quota + pod(ns="team-b"))  # another namespace is not bound by it
+
+
+@pytest.mark.parametrize(("resources", "problem"), [
+    ("{requests: {nvidia.com/gpu: 1}, limits: {nvidia.com/gpu: 2}}", "must equal its limit"),
+    ("{requests: {nvidia.com/gpu: 1}}", "needs a limit"),
+    ("{limits: {nvidia.com/gpu: 500m}}", "whole number of GPUs"),
+    ("{requests: {cpu: 2}, limits: {cpu: 1}}", "less than or equal to the limit"),
+])
+def test_invalid_requests_are_refused(resources, problem):
+    with pytest.raises(SpecError, match=problem):
+        load(pod(resources=resources))
+
+
+def test_unknown_fields_warn_and_are_ignored():
+    m = load(pod(extra="frobnicate: true"))
+    assert len(m.jobs) == 1
+    assert any("spec.frobnicate" in w and "unknown field" in w for w in m.warnings)
+
+
+def test_requests_sum_over_containers_and_init_containers_take_the_max():
+    m = load("""
+apiVersion: v1
+kind: Pod
+metadata: {name: p}
+spec:
+  initContainers: [{name: init, image: i, resources: {requests: {cpu: "3", memory: 1Gi}}}]
+  containers:
+  - {name: a, image: i, resources: {requests: {cpu: 500m, memory: 2Gi}, limits: {nvidia.com/gpu: 1}}}
+  - {name: b, image: i, resources: {requests: {cpu: "1", memory: 512Mi}, limits: {memory: 1Gi}}}
+""")
+    (job,) = m.jobs
+    assert (job.task.gpus, job.task.cpu_milli, job.task.mem_mib) == (1, 3000, 2560)
+
+
+PRIORITY = """
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: %s}
+value: %d
+globalDefault: %s
+preemptionPolicy: %s
+---"""
+
+
+def test_priority_classes_give_values_defaults_and_preemption_policy():
+    text = (PRIORITY % ("batch", 100, "true", "PreemptLowerPriority")
+            + PRIORITY % ("urgent-polite", 5000, "false", "Never")
+            + pod("plain") + "---" + pod("polite", extra="priorityClassName: urgent-polite")
+            + "---" + pod("sys", extra="priorityClassName: system-cluster-critical"))
+    jobs = {j.id: j for j in load(text).jobs}
+    assert (jobs["team-a/plain"].priority, jobs["team-a/plain"].priority_class) == (100, "batch")
+    assert (jobs["team-a/polite"].priority, jobs["team-a/polite"].preemption_policy) == (5000, "Never")
+    assert jobs["team-a/sys"].priority == 2_000_000_000
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    (PRIORITY % ("a", 1, "true", "Never") + PRIORITY % ("b", 2, "true", "Never"), "more than one PriorityClass"),
+    (PRIORITY % ("huge", 2_000_000_000, "false", "Never"), "no greater than 1000000000"),
+    (PRIORITY % ("odd", 1, "false", "Sometimes"), "PreemptLowerPriority or Never"),
+])
+def test_invalid_priority_classes_are_refused(text, problem):
+    with pytest.raises(SpecError, match=problem):
+        load(text)
+
+
+GROUP = """
+apiVersion: {api}
+kind: PodGroup
+metadata: {{name: g, namespace: team-a}}
+spec: {{minMember: {min_member}, queue: research}}
+---"""
+
+
+@pytest.mark.parametrize(("api", "how"), [
+    ("scheduling.volcano.sh/v1beta1", "annotations={scheduling.k8s.io/group-name: g}"),
+    ("scheduling.volcano.sh/v1alpha1", "annotations={scheduling.k8s.io/group-name: g}"),
+    ("scheduling.x-k8s.io/v1alpha1", "labels={scheduling.x-k8s.io/pod-group: g}"),
+])
+def test_pods_of_a_pod_group_become_one_gang(api, how):
+    key, value = how.split("=", 1)
+    pods = "---".join(pod(f"w{i}", **{key: value}) for i in range(4))
+    (job,) = load(GROUP.format(api=api, min_member=4) + pods).jobs
+    assert (job.id, job.tasks, job.gpus, job.queue) == ("team-a/g", 4, 4, "research")
+    with pytest.raises(SpecError, match="minMember is 5 but only 4 pods"):
+        load(GROUP.format(api=api, min_member=5) + pods)
+
+
+def test_a_volcano_job_is_one_gang_of_all_its_replicas():
+    m = load("""
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata:
+  name: train
+  namespace: team-b
+  annotations: {trimtab.io/duration: 2h, trimtab.io/submit-time: 10m}
+spec:
+  minAvailable: 3
+  queue: research
+  tasks:
+  - name: worker
+    replicas: 3
+    template:
+      spec:
+        containers: [{name: w, image: i, resources: {limits: {nvidia.com/gpu: 2}}}]
+        tolerations: [{key: dedicated, operator: Equal, value: gpu, effect: NoSchedule}]
+""")
+    (job,) = m.jobs
+    assert (job.id, job.tasks, job.gpus, job.queue, job.tenant) == ("team-b/train", 3, 6, "research", "team-b")
+    assert (job.duration_s, job.submit_s) == (7200.0, 600.0)
+    assert job.tolerations == (("dedicated", "Equal", "gpu", "NoSchedule"),)
+
+
+def test_nodes_queues_and_reservations():
+    m = load("""
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {nvidia.com/gpu.product: A100, trimtab.io/rack: r7}}
+spec:
+  taints: [{key: dedicated, value: gpu, effect: NoSchedule}]
+status: {capacity: {cpu: "96", memory: 1Ti, nvidia.com/gpu: 8, nvidia.com/mig-1g.10gb: 7}}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: research}
+spec: {weight: 3, capability: {nvidia.com/gpu: 16}, reclaimable: false}
+---
+apiVersion: trimtab.io/v1
+kind: Reservation
+metadata: {name: demo-day}
+spec: {gpus: 8, owner: {namespace: team-a}, start: 1h, end: 3h}
+""")
+    (node,) = m.nodes
+    assert (node.gpu_model, node.rack, node.capacity.gpus, node.capacity.mem_mib) == ("A100", "r7", 8, 1024 * 1024)
+    assert node.taints[0].key == "dedicated"
+    assert any("MIG" in w for w in m.warnings)
+    (queue,) = m.queues
+    assert (queue.weight, queue.capability_gpus, queue.reclaimable) == (3, 16, False)
+    (res,) = m.reservations
+    assert (res.gpus, res.tenant, res.start_s, res.end_s) == (8, "team-a", 3600.0, 10800.0)
+    assert m.profile_args()["drf"] == {"weights": {"research": 3}}

@@ -1,0 +1,59 @@
+"""`trimtab simulate --manifests`: the README's two-team example, its outcome, and what the command refuses."""
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from trimtab.cli import app
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "two-teams.yaml"
+runner = CliRunner()
+
+
+def test_the_readme_example_runs_as_the_readme_says(tmp_path):
+    """team-a's quota holds two sweeps back while GPUs sit idle; the production gang evicts the one notebook it
+    needs to fit and runs whole on one node; everything completes."""
+    out = tmp_path / "run.json"
+    result = runner.invoke(app, ["simulate", "--manifests", str(EXAMPLE), "--policy", "tenants", "--no-timing",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())
+    jobs = {j["id"]: j for j in run["jobs"]}
+    first_start = {k: j["runs"][0]["start"] for k, j in jobs.items()}
+    assert [first_start[f"team-a/trial-{s}"] for s in range(1, 7)] == [0, 0, 0, 0, 7200, 7200]
+    train = jobs["team-b/train"]["runs"]
+    assert len(train) == 1 and (train[0]["start"], train[0]["end"]) == (1800.0, 12600.0)
+    assert train[0]["nodes"] == ["gpu-1"] and train[0]["node_tasks"] == [4]
+    notebook = jobs["team-b/notebook"]["runs"]
+    assert [r["outcome"] for r in notebook] == ["preempted", "completed"]
+    assert (notebook[0]["end"], notebook[1]["start"], notebook[1]["end"]) == (1800.0, 7200.0, 34230.0)
+    s = run["summary"]
+    assert (s["jobs_completed"], s["preemptions"]) == (8, 1)
+    assert s["tenants"] == {
+        "team-a": {"jobs": 6, "gpu_share": 0.428508, "avg_jct_s": 9600.0, "avg_wait_s": 2400.0, "evictions": 0,
+                   "quota_blocked_s": 14400.0},  # trial-5 and trial-6 held by the quota for 2 h each
+        "team-b": {"jobs": 2, "gpu_share": 0.571492, "avg_jct_s": 22515.0, "avg_wait_s": 0.0, "evictions": 1,
+                   "quota_blocked_s": 0.0},
+    }
+
+
+def test_manifests_and_a_workload_do_not_mix(tmp_path):
+    result = runner.invoke(app, ["simulate", "--manifests", str(EXAMPLE), "--workload", "synthetic"])
+    assert result.exit_code == 2 and "cannot be combined" in result.output
+
+
+def test_a_bad_manifest_is_an_error_naming_the_document(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  priorityClassName: gold\n"
+                   "  containers: [{name: c, image: i}]\n")
+    result = runner.invoke(app, ["simulate", "--manifests", str(bad)])
+    assert result.exit_code == 2
+    assert "Pod p" in result.output and "no PriorityClass with name gold" in result.output
+
+
+def test_pods_without_a_duration_cannot_be_simulated(tmp_path):
+    m = tmp_path / "m.yaml"
+    m.write_text(EXAMPLE.read_text().replace("annotations: {trimtab.io/duration: 8h}", "annotations: {}"))
+    result = runner.invoke(app, ["simulate", "--manifests", str(m)])
+    assert result.exit_code == 2 and "team-b/notebook" in result.output and "duration" in result.output

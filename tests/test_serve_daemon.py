@@ -1,0 +1,285 @@
+"""Stories of the serve daemon with the in-memory executor and a hand-driven clock: gangs, retries, cancels,
+preemption, quotas and recovery after a crash, each checked against the store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from sqlalchemy import select
+
+from trimtab.framework import Profile
+from trimtab.serve.daemon import Daemon, Principal, ServeError
+from trimtab.serve.executors.fake import FakeExecutor
+from trimtab.serve.gpus import from_cluster_file, virtual
+from trimtab.serve.store import JobRow, RunRow, Store, sqlite_url
+from trimtab.serve.submission import JobSpec
+
+ADMIN = Principal(True, None)
+
+
+@dataclass
+class World:
+    """A store, a fake executor and a clock the test moves; `daemon()` builds a daemon over them (a second call
+    is a restart after a crash: the fake's tasks are the processes that survived)."""
+
+    tmp: Path
+    store: Store
+    fake: FakeExecutor
+    now_s: float = 1000.0
+    gpus: int = 4
+    policy: str = "fifo-backfill"
+    cluster: str | None = None
+
+    def clock(self) -> float:
+        return self.now_s
+
+    def daemon(self) -> Daemon:
+        inventory = from_cluster_file(self.cluster) if self.cluster else virtual(self.gpus)
+        d = Daemon(self.store, inventory, self.fake, self.policy, self.tmp, clock=self.clock, grace_s=5.0)
+        d.recover()
+        return d
+
+    def run(self, d: Daemon, seconds: float, step_s: float = 0.5) -> None:
+        end = self.now_s + seconds
+        while self.now_s < end:
+            d.step()
+            self.now_s += step_s
+        d.step()
+
+    def job(self, job_id: int) -> JobRow:
+        with self.store.reader() as s:
+            row = s.get(JobRow, job_id)
+            assert row is not None
+            return row
+
+    def runs(self, job_id: int) -> list[RunRow]:
+        with self.store.reader() as s:
+            return list(s.scalars(select(RunRow).where(RunRow.job_id == job_id).order_by(RunRow.id)))
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> World:
+    store = Store(sqlite_url(tmp_path / "t.db"))
+    store.upgrade()
+    w = World(tmp_path, store, FakeExecutor(clock=lambda: 0.0))
+    w.fake.clock = w.clock
+    w.fake.duration_s = lambda argv: float(argv[1]) if argv[0] == "sleep" else None
+    w.fake.exit_code = lambda argv: int(argv[1]) if argv[0] == "exit" else 0
+    return w
+
+
+def spec(cmd: str = "sleep 10", **kw: object) -> JobSpec:
+    return JobSpec(command=cmd.split(), **kw)  # type: ignore[arg-type]
+
+
+def test_a_gang_starts_whole_with_distinct_gpus_and_rank_variables(world: World) -> None:
+    """A gang of 3 tasks x 2 GPUs on 2 nodes of 4 starts all its tasks in one go, each with its own GPUs."""
+    world.cluster = "2x4"
+    d = world.daemon()
+    jid, _ = d.submit(spec(tasks=3, gpus=2), ADMIN)
+    world.run(d, 1)
+    launched = world.fake.launched
+    assert len(launched) == 3
+    assert sorted(t.env["RANK"] for t in launched) == ["0", "1", "2"]
+    assert {t.env["WORLD_SIZE"] for t in launched} == {"3"}
+    assert len({t.env["MASTER_PORT"] for t in launched}) == 1
+    held = [(t.node, g) for t in launched for g in t.gpu_ids]
+    assert len(held) == len(set(held)) == 6
+    for t in launched:
+        assert t.env["CUDA_VISIBLE_DEVICES"] == ",".join(t.gpu_ids)
+        assert t.env["TRIMTAB_JOB_ID"] == str(jid)
+    world.run(d, 11)
+    assert world.job(jid).state == "completed"
+
+
+def test_a_job_that_never_fits_now_waits_and_a_smaller_one_backfills(world: World) -> None:
+    d = world.daemon()
+    big, _ = d.submit(spec(gpus=3), ADMIN)
+    blocked, _ = d.submit(spec(gpus=3), ADMIN)
+    small, _ = d.submit(spec(gpus=1), ADMIN)
+    world.run(d, 1)
+    assert (world.job(big).state, world.job(blocked).state, world.job(small).state) == \
+        ("running", "pending", "running")
+
+
+def test_a_failed_attempt_is_retried_as_the_job_says_then_fails(world: World) -> None:
+    """retries=2: three attempts, each recorded, then the job fails with the exit code."""
+    d = world.daemon()
+    world.fake.duration_s = lambda argv: 1.0
+    jid, _ = d.submit(spec("exit 3", retries=2), ADMIN)
+    world.run(d, 10)
+    row = world.job(jid)
+    assert (row.state, row.attempts, row.failures, row.exit_code) == ("failed", 3, 3, 3)
+    assert [r.outcome for r in world.runs(jid)] == ["failed"] * 3
+
+
+def test_one_failed_task_ends_the_whole_gang_attempt(world: World) -> None:
+    d = world.daemon()
+    jid, _ = d.submit(spec("sleep 100", tasks=2), ADMIN)
+    world.run(d, 1)
+    world.fake.end(f"{jid}.1.1", exit_code=1)
+    world.run(d, 1)
+    assert world.fake.stopped == [f"{jid}.1.0"]
+    world.run(d, 6)
+    row = world.job(jid)
+    assert (row.state, row.exit_code) == ("failed", 1)
+    assert d.free_devices[d.cluster.nodes[0].name] and not d.runs
+
+
+def test_cancel_a_pending_job_at_once_and_a_running_one_after_its_tasks_exit(world: World) -> None:
+    d = world.daemon()
+    running, _ = d.submit(spec(gpus=4), ADMIN)
+    pending, _ = d.submit(spec(gpus=4), ADMIN)
+    world.run(d, 1)
+    assert d.cancel(pending, ADMIN) == "cancelled"
+    assert d.cancel(running, ADMIN) == "running"
+    assert world.job(running).state == "running"
+    world.run(d, 6)
+    assert world.job(running).state == "cancelled"
+    assert world.job(pending).state == "cancelled"
+    with pytest.raises(ServeError) as err:
+        d.cancel(running, ADMIN)
+    assert err.value.status == 409
+
+
+def test_a_tenant_cannot_see_or_cancel_another_tenants_job(world: World) -> None:
+    d = world.daemon()
+    jid, _ = d.submit(spec(tenant="a"), ADMIN)
+    with pytest.raises(ServeError) as err:
+        d.cancel(jid, Principal(False, "b"))
+    assert err.value.status == 404
+    with pytest.raises(ServeError) as err:
+        d.submit(spec(tenant="a"), Principal(False, "b"))
+    assert err.value.status == 403
+
+
+def test_preemption_waits_for_the_victim_to_exit_before_reusing_its_gpus(world: World) -> None:
+    """Under the priority policy a high-priority job preempts; its tasks start only once the victim's tasks
+    have exited (after the grace period), never on GPUs still held."""
+    world.policy = "priority"
+    d = world.daemon()
+    low, _ = d.submit(spec("sleep 1000", gpus=4, priority_class="low"), ADMIN)
+    world.run(d, 1)
+    high, _ = d.submit(spec("sleep 10", gpus=4, priority_class="high"), ADMIN)
+    world.run(d, 1)
+    assert world.fake.stopped == [f"{low}.1.0"]
+    assert world.job(low).state == "pending" and world.job(low).preemptions == 1
+    assert [t.run_id for t in world.fake.launched] == [f"{low}.1.0"], "not launched while the victim holds GPUs"
+    world.run(d, 5)
+    assert [t.run_id for t in world.fake.launched][-1] == f"{high}.1.0"
+    world.run(d, 11)
+    assert world.job(high).state == "completed"
+    assert world.job(low).state == "running" and world.job(low).attempts == 2
+    assert next(r.outcome for r in world.runs(low)) == "preempted"
+
+
+def test_a_tenant_over_quota_waits_and_a_job_larger_than_the_quota_is_refused(world: World) -> None:
+    d = world.daemon()
+    d.set_quota("a", 2)
+    first, _ = d.submit(spec(gpus=2, tenant="a"), ADMIN)
+    second, _ = d.submit(spec(gpus=1, tenant="a"), ADMIN)
+    world.run(d, 1)
+    assert (world.job(first).state, world.job(second).state) == ("running", "pending")
+    with pytest.raises(ServeError) as err:
+        d.submit(spec(gpus=3, tenant="a"), ADMIN)
+    assert err.value.status == 403
+    world.run(d, 11)
+    assert world.job(second).state == "running"
+
+
+def test_after_a_crash_running_tasks_are_adopted_not_relaunched(world: World) -> None:
+    """A new daemon over the same store finds the tasks still running: it launches nothing new, and their
+    exits complete the jobs; queued jobs are queued again."""
+    d = world.daemon()
+    a, _ = d.submit(spec("sleep 10", gpus=2, tasks=2), ADMIN)
+    b, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    world.run(d, 1)
+    launched = len(world.fake.launched)
+    d2 = world.daemon()  # the old daemon is simply dropped: a SIGKILL
+    world.run(d2, 1)
+    assert len(world.fake.launched) == launched
+    world.run(d2, 10)
+    assert world.job(a).state == "completed"
+    world.run(d2, 11)
+    assert world.job(b).state == "completed" and world.job(b).attempts == 1
+
+
+def test_after_a_crash_a_vanished_task_is_a_failed_attempt(world: World) -> None:
+    d = world.daemon()
+    jid, _ = d.submit(spec("sleep 10", retries=1), ADMIN)
+    world.run(d, 1)
+    world.fake.lose(f"{jid}.1.0")
+    d2 = world.daemon()
+    world.run(d2, 1)
+    row = world.job(jid)
+    assert (row.failures, row.attempts, row.state) == (1, 2, "running")
+    world.run(d2, 11)
+    assert world.job(jid).state == "completed"
+
+
+def test_a_crash_between_the_start_and_the_launch_queues_the_job_again(world: World) -> None:
+    d = world.daemon()
+    jid, _ = d.submit(spec("sleep 10"), ADMIN)
+    with world.store.session() as s:  # the start was committed, the daemon died before launching
+        row = s.get(JobRow, jid)
+        assert row is not None
+        row.state, row.attempts = "running", 1
+    d2 = world.daemon()
+    world.run(d2, 1)
+    row = world.job(jid)
+    assert (row.state, row.attempts, row.failures) == ("running", 2, 0)
+    assert len(world.fake.launched) == 1
+
+
+def test_an_idempotency_key_returns_the_job_already_accepted(world: World) -> None:
+    d = world.daemon()
+    first = d.submit(spec(idempotency_key="k1"), ADMIN)
+    again = d.submit(spec(idempotency_key="k1"), ADMIN)
+    assert first == (first[0], True) and again == (first[0], False)
+
+
+def test_impossible_jobs_are_refused_before_anything_is_stored(world: World) -> None:
+    d = world.daemon()
+    world.fake.missing_commands = frozenset({"nope"})
+    cases = [(spec(gpus=5), "gpus"), (spec(gpus=2, tasks=3), "gpus"), (spec("nope"), "command"),
+             (spec(gpu_models=["h100"]), "gpu_models")]
+    for bad, field in cases:
+        with pytest.raises(ServeError) as err:
+            d.submit(bad, ADMIN)
+        assert (err.value.status, err.value.field) == (422, field)
+    with world.store.reader() as s:
+        assert s.scalars(select(JobRow)).all() == []
+
+
+@pytest.mark.parametrize("policy", Profile.builtin_names())
+def test_every_built_in_policy_runs_live_unchanged(world: World, policy: str) -> None:
+    """The profiles of simulation drive the daemon as they are: a mixed load of tenants, priorities and gangs
+    all completes, and no GPU is ever held twice (the daemon refuses to, loudly)."""
+    import random
+
+    world.policy, world.gpus = policy, 8
+    d = world.daemon()
+    rng = random.Random(3)
+    ids = []
+    for _ in range(20):
+        ids.append(d.submit(spec(f"sleep {rng.choice((5, 40, 120))}", gpus=rng.choice((1, 2, 4)),
+                                 tasks=rng.choice((1, 1, 2)), priority_class=rng.choice(("low", "normal", "high")),
+                                 tenant=rng.choice(("a", "b"))), ADMIN)[0])
+        world.run(d, 2)
+    world.run(d, 1500, step_s=2.0)
+    assert [world.job(j).state for j in ids] == ["completed"] * len(ids)
+
+
+def test_a_task_that_cannot_start_fails_its_attempt_with_the_reason(world: World, tmp_path: Path) -> None:
+    from trimtab.serve.executors.local import LocalExecutor
+
+    d = Daemon(world.store, virtual(2), LocalExecutor(), "fifo", tmp_path, grace_s=1.0)
+    d.recover()
+    jid, _ = d.submit(spec("true", workdir=str(tmp_path / "no-such-dir")), ADMIN)
+    for _ in range(5):
+        d.step()
+    row = world.job(jid)
+    assert (row.state, row.exit_code) == ("failed", 127)
+    assert "could not start" in row.reason and "no-such-dir" in row.reason
