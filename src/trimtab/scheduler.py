@@ -61,12 +61,15 @@ class ShapeQueue:
         return heapq.merge(*self._groups.values())
 
     def walk(self, blocked: set[Shape]) -> Iterator[tuple[Entry, Shape]]:
-        """Entries in queue order for one cycle. After each entry the caller may add its shape to `blocked` to
-        skip the rest of that group; entries may be removed (started) or added meanwhile."""
+        """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
+        (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
+        (started) or added meanwhile."""
         heap = [(group[0], shape) for shape, group in self._groups.items()]
         heapq.heapify(heap)
         while heap:
             entry, shape = heapq.heappop(heap)
+            if shape in blocked:
+                continue
             yield entry, shape
             if shape in blocked:
                 continue
@@ -109,6 +112,9 @@ class Scheduler:
         self._dirty = True
         self._wake_s: float | None = None
         self.cycles_run = 0  # cycles that ran the plugins (the others found nothing changed)
+        # shapes whose head could not start, carried to the next cycle until something is released: a cycle then
+        # skips them without trying (issue: a long queue must not be rescanned on every arrival)
+        self._blocked: set[Shape] = set()
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
 
@@ -133,7 +139,7 @@ class Scheduler:
         self.cluster.release(run.alloc)
         self.framework.forget(job_id)
         self._book_stop(run, now_s, executed_s)
-        self._dirty = True
+        self.changed()
         if state is JobState.PENDING and not enqueue:
             self.state[job_id] = JobState.PENDING
             self._held.add(job_id)
@@ -183,7 +189,7 @@ class Scheduler:
         node = self.cluster.index[name]
         self._down[node] = False
         self.cluster.set_health(node, not self.drained[node])
-        self._dirty = True
+        self.changed()
 
     def _update_drains(self, now_s: float) -> None:
         """Ask the plugins that drain nodes (a `drain_mask(ctx) -> bool[n]` method, True: drain) which nodes take no
@@ -196,7 +202,7 @@ class Scheduler:
         for node in np.flatnonzero(wanted != self.drained):
             self.drained[node] = wanted[node]
             self.cluster.set_health(int(node), not (wanted[node] or self._down[node]))
-            self._dirty = True
+            self.changed()
 
     def gpu_down(self, name: str) -> None:
         """One GPU of a node fails: the node keeps running with one GPU less. The GPU must be free (the world
@@ -216,7 +222,7 @@ class Scheduler:
             raise ValueError(f"node {name} has no failed GPU")
         self.cluster.release(self._failed_gpu_holds[node].pop(0))
         self.failed_gpus[node] -= 1
-        self._dirty = True
+        self.changed()
 
     # -------------------------------------------------------------------------------------------- cycle
 
@@ -225,13 +231,14 @@ class Scheduler:
         if self._drainers:
             self._update_drains(now_s)
         if self._wake_s is not None and now_s >= self._wake_s:
-            self._dirty = True
+            self.changed()  # keys or time-bound answers may differ now
         if not self._dirty:
             return Decision(wake_s=self._wake_s)
         self.cycles_run += 1
         self._now_s = now_s
         ctx = self.context(now_s)
-        blocked: set[Shape] = set()
+        blocked = self._blocked
+        carried = set(blocked)  # blocked by earlier cycles: a preemption in this one releases GPUs for them
         if self.framework.static_order:
             queue: Iterator[tuple[tuple[Any, ...], Job, Shape]] = (
                 (entry[0], self.jobs[entry[2]], shape) for entry, shape in self._queue.walk(blocked))
@@ -247,6 +254,8 @@ class Scheduler:
                                               self.prior_attained_gpu_s.pop(job.id, 0.0))
 
         def on_preempt(job_id: str) -> None:
+            blocked.difference_update(carried)
+            carried.clear()
             run = self.running.pop(job_id)  # its allocation was released in the framework's Txn
             self._book_stop(run, now_s, None)
             self._enqueue(run.job, now_s)
@@ -254,7 +263,17 @@ class Scheduler:
         decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt)
         self._wake_s = decision.wake_s
         self._dirty = False
+        # A blocked shape stays blocked while nothing is released: fewer free GPUs cannot help it. Not so after a
+        # reservation (it is redrawn every cycle) or, under a preemptive profile, after starts (new victims).
+        if decision.reservations or (self.framework.preempt and decision.starts):
+            self._blocked = set()
         return decision
+
+    def changed(self) -> None:
+        """Something outside the scheduler's books changed (resources released, a quota raised, a node back):
+        the next cycle looks at every shape again."""
+        self._blocked = set()
+        self._dirty = True
 
     def context(self, now_s: float) -> CycleContext:
         return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
@@ -270,6 +289,7 @@ class Scheduler:
         self.state[job.id] = JobState.PENDING
         key = self.framework.order_key(job, self.context(now_s)) if self.framework.static_order else ()
         self._queue.add(job, key, next(self._seq))
+        self._blocked.discard(shape_of(job))  # it may go before the head that was blocked (or preempt for it)
         self._dirty = True
 
     def _dequeue(self, job_id: str) -> None:

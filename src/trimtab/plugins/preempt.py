@@ -53,7 +53,8 @@ class LowerOrder(Plugin):
         depth = self.key_depth
         key = ctx.order_key(job)[:depth]
         if self._worst is None:
-            self._worst = max((k[:depth] for k in ctx.running_keys.values()), default=())
+            # the lexicographic maximum's prefix is the maximum prefix: compare whole keys at C speed
+            self._worst = max(ctx.running_keys.values(), default=())[:depth]
         if not key < self._worst:
             return None
         ranked = sorted(

@@ -416,7 +416,7 @@ class Daemon:
             else:
                 row.quota_gpus = quota_gpus
             self.quotas[tenant] = quota_gpus
-            self.scheduler._dirty = True  # a raised quota may let a waiting job start
+            self.scheduler.changed()  # a raised quota may let a waiting job start
         self.wake()
 
     # -------------------------------------------------------------------------------------------- the loop
