@@ -157,7 +157,9 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 window_s: WindowOpt = 3600.0, timing: TimingOpt = True,
                 workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
                 faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0, burst: BurstOpt = None,
-                manifests: ManifestsOpt = None) -> None:
+                manifests: ManifestsOpt = None,
+                ray: Annotated[str | None, typer.Option("--ray", help="Run the simulations as tasks on the Ray "
+                                                                      "cluster at this address.")] = None) -> None:
     """Run several policies on the same cluster and workload; print one table, best value per column marked."""
     try:
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
@@ -165,11 +167,12 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
     except (ValueError, OSError) as exc:
         _fail(str(exc))
     _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir, config, workers,
-             manifests)
+             manifests, ray)
 
 
 def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | None, config: SimConfig,
-             workers: int | None, manifests: Path | None = None) -> dict[str, dict[str, Any]]:
+             workers: int | None, manifests: Path | None = None,
+             ray_address: str | None = None) -> dict[str, dict[str, Any]]:
     try:
         nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
         profiles = [Profile.load(p).with_args(plugin_args) for p in policies]
@@ -179,7 +182,7 @@ def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | N
     t0 = time.perf_counter()
     with console.status(f"simulating {len(profiles)} policies on {len(jobs)} jobs..."):
         try:
-            runs = compare(nodes, jobs, profiles, config, workers=workers)
+            runs = compare(nodes, jobs, profiles, config, workers=workers, ray_address=ray_address)
         except ValueError as exc:
             _fail(str(exc))
     wall = time.perf_counter() - t0

@@ -226,6 +226,7 @@ class Plugin:
 
     name: ClassVar[str] = ""
     static_order: ClassVar[bool] = True
+    shape_by_tenant: ClassVar[bool] = False  # its answers differ by tenant or queue (queue shapes keep them apart)
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
     needs_usage: ClassVar[bool] = False  # reads ctx.usage (the framework then keeps it)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -21,11 +21,17 @@ Shape = tuple[Any, ...]
 Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
 
 
-def shape_of(job: Job) -> Shape:
-    """What makes two jobs interchangeable for a cycle: the gang size, the task request, every placement constraint,
-    and who asks (tenant, queue, priority, preemption policy), since admission and preemption depend on them."""
-    return (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
-            job.node_affinity, job.tenant, job.queue, job.priority, job.preemption_policy)
+def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shape:
+    """What makes two jobs interchangeable for a cycle: the gang size, the task request and every placement
+    constraint; with `by_tenant`, who asks (tenant, queue: admission and reservations depend on it); with
+    `by_priority`, priority and preemption policy (preemption depends on them)."""
+    shape: Shape = (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
+                    job.node_affinity)
+    if by_tenant:
+        shape += (job.tenant, job.queue)
+    if by_priority:
+        shape += (job.priority, job.preemption_policy)
+    return shape
 
 
 class ShapeQueue:
@@ -33,7 +39,8 @@ class ShapeQueue:
     heads merged in key order; a group whose head could not start is skipped for the rest of the cycle, because a
     job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shape: Callable[[Job], Shape] = shape_of) -> None:
+        self.shape = shape
         self._groups: dict[Shape, list[Entry]] = {}
         self._where: dict[str, tuple[Shape, Entry]] = {}
 
@@ -44,7 +51,7 @@ class ShapeQueue:
         return job_id in self._where
 
     def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
-        shape = shape_of(job)
+        shape = self.shape(job)
         entry = (key, seq, job.id)
         bisect.insort(self._groups.setdefault(shape, []), entry)
         self._where[job.id] = (shape, entry)
@@ -101,7 +108,9 @@ class Scheduler:
         self.running: dict[str, RunningJob] = {}
         self.prior_attained_gpu_s: dict[str, float] = {}
         self.prior_executed_s: dict[str, float] = {}
-        self._queue = ShapeQueue()
+        by_tenant = bool(self.framework.admit) or any(p.shape_by_tenant for p in self.framework.plugins)
+        by_priority = bool(self.framework.preempt)
+        self._queue = ShapeQueue(lambda job: shape_of(job, by_tenant, by_priority))
         self._held: set[str] = set()  # pending jobs out of the queue until `resume` (retries backing off)
         self.failed_gpus = np.zeros(len(cluster), dtype=np.int64)  # GPUs out of service per node
         self._failed_gpu_holds: dict[int, list[Allocation]] = {}
@@ -244,7 +253,7 @@ class Scheduler:
                 (entry[0], self.jobs[entry[2]], shape) for entry, shape in self._queue.walk(blocked))
         else:
             jobs = [self.jobs[e[2]] for e in self._queue.ordered()]
-            queue = iter(sorted(((self.framework.order_key(j, ctx), j, shape_of(j)) for j in jobs),
+            queue = iter(sorted(((self.framework.order_key(j, ctx), j, self._queue.shape(j)) for j in jobs),
                                 key=lambda kjs: (kjs[0], kjs[1].submit_s)))
 
         def on_start(job: Job, alloc: Allocation) -> None:
@@ -289,7 +298,7 @@ class Scheduler:
         self.state[job.id] = JobState.PENDING
         key = self.framework.order_key(job, self.context(now_s)) if self.framework.static_order else ()
         self._queue.add(job, key, next(self._seq))
-        self._blocked.discard(shape_of(job))  # it may go before the head that was blocked (or preempt for it)
+        self._blocked.discard(self._queue.shape(job))  # it may go before the head that was blocked (or preempt for it)
         self._dirty = True
 
     def _dequeue(self, job_id: str) -> None:

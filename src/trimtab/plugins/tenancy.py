@@ -186,6 +186,8 @@ class Reservation(Plugin):
     `unused_gpu_s[name]` books the reserved capacity the holder left unused (GPU-seconds): for a count, the
     reserved GPUs its running jobs do not use; for named nodes, their GPUs left free."""
 
+    shape_by_tenant: ClassVar[bool] = True  # only the holder may use the reserved GPUs
+
     def __init__(self, reservations: Sequence[Mapping[str, Any]] = ()) -> None:
         self.reservations = [dict(r) for r in reservations]
         self._active: list[dict[str, Any]] = []

@@ -524,11 +524,32 @@ def _simulate_shared(index: int) -> dict[str, Any]:
     return simulate(*_SHARED[index])
 
 
+def _simulate_on_ray(address: str, nodes: Sequence[Node], jobs: Sequence[Job], profiles: Sequence[Profile],
+                     config: SimConfig) -> list[dict[str, Any]]:
+    """`simulate` for each profile as a Ray task on the cluster at `address` (joined for the call, left after it
+    unless this process was already connected)."""
+    import ray
+
+    joined = not ray.is_initialized()
+    if joined:
+        ray.init(address=address, logging_level="ERROR", log_to_driver=False)
+    try:
+        remote = ray.remote(num_cpus=1, max_retries=2)(simulate)
+        nodes_ref, jobs_ref, config_ref = ray.put(list(nodes)), ray.put(list(jobs)), ray.put(config)
+        return list(ray.get([remote.remote(nodes_ref, jobs_ref, p, config_ref) for p in profiles]))
+    finally:
+        if joined:
+            ray.shutdown()
+
+
 def compare(nodes: Sequence[Node], jobs: Sequence[Job], policies: Sequence[Profile | str],
-            config: SimConfig | None = None, workers: int | None = None) -> dict[str, dict[str, Any]]:
+            config: SimConfig | None = None, workers: int | None = None,
+            ray_address: str | None = None) -> dict[str, dict[str, Any]]:
     """Run each policy on the same cluster and workload; returns run records by policy name, in the given order.
     Runs go to forked processes, up to `workers` (default: the local cores) at a time; the inputs are inherited,
-    not pickled, so a large trace costs nothing to hand over."""
+    not pickled, so a large trace costs nothing to hand over. With `ray_address`, each run is a Ray task (one CPU)
+    on that cluster instead; the inputs are put in its object store once. A run is deterministic for its seed, so
+    both ways give the same records (the wall-clock `timing` fields aside)."""
     config = config or SimConfig()
     profiles = [p if isinstance(p, Profile) else Profile.load(p) for p in policies]
     names = [p.name for p in profiles]
@@ -536,7 +557,9 @@ def compare(nodes: Sequence[Node], jobs: Sequence[Job], policies: Sequence[Profi
         raise ValueError(f"policies named twice: {names}")
     workers = min(workers or os.cpu_count() or 1, len(profiles))
     tasks = [(nodes, jobs, p, config) for p in profiles]
-    if workers <= 1 or "fork" not in mp.get_all_start_methods():
+    if ray_address is not None:
+        results = _simulate_on_ray(ray_address, nodes, jobs, profiles, config)
+    elif workers <= 1 or "fork" not in mp.get_all_start_methods():
         results = [simulate(*t) for t in tasks]
     else:
         _SHARED[:] = tasks

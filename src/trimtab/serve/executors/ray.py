@@ -93,14 +93,18 @@ class TaskActor:
     `read` and `signal` answer."""
 
     def __init__(self, run_id: str, log_dir: str) -> None:
+        import tempfile
         import threading
 
         self.run_id = run_id
         os.makedirs(log_dir, exist_ok=True)
-        self.log_path = os.path.join(log_dir, f"{run_id}.log")
+        fd, self.log_path = tempfile.mkstemp(prefix=f"{run_id}-", suffix=".log", dir=log_dir)
+        os.close(fd)
         self.proc: Any = None
         self.code: int | None = None
         self.done = threading.Event()
+        self.lock = threading.Lock()
+        self.stopped = False  # a stop came before the command started: it must not start
 
     def start(self, argv: list[str], env: dict[str, str], workdir: str | None) -> dict[str, Any]:
         import socket
@@ -123,11 +127,15 @@ class TaskActor:
                 os.killpg(self.proc.pid, 9)  # leftovers of an ended task must not keep its GPUs
             self.done.set()
 
-        try:
-            threading.Thread(target=keep, daemon=True).start()
-            started.wait(30)
-        except OSError as exc:
-            return {"error": str(exc)}
+        with self.lock:
+            if self.stopped:
+                self.done.set()
+                return {"stopped": True}
+            try:
+                threading.Thread(target=keep, daemon=True).start()
+                started.wait(30)
+            except OSError as exc:
+                return {"error": str(exc)}
         if self.proc is None:
             return {"error": "could not start the command"}
         return {"pid": self.proc.pid, "host": socket.gethostname()}
@@ -145,19 +153,29 @@ class TaskActor:
             return b""
 
     def signal(self, sig: int) -> None:
-        if self.proc is not None and not self.done.is_set():
+        with self.lock:
+            if self.proc is None:
+                self.stopped = True
+                self.done.set()
+                return
+        if not self.done.is_set():
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(self.proc.pid, sig)
 
-    def cleanup(self) -> None:
+    def finish(self) -> None:
+        """The server has read everything: remove the node-side log and end this actor."""
+        import ray
+
         with contextlib.suppress(OSError):
             os.unlink(self.log_path)
+        ray.actor.exit_actor()
 
 
 @dataclass(slots=True)
 class _Tracked:
     actor: Any
     log_path: Path
+    node: str
     wait_ref: Any = None
     read_ref: Any = None
     offset: int = 0
@@ -166,6 +184,7 @@ class _Tracked:
     exit_code: int | None = None
     detail: str = ""
     ended: bool = False
+    lost_at_s: float | None = None  # when the actor was found dead (its node may be gone)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -176,21 +195,24 @@ class RayExecutor(Executor):
 
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
-    actor dies (its node is gone) is reported with exit code None."""
+    actor dies (its node is gone) is reported with exit code None. `log_dir` is the folder on the nodes where
+    tasks' output is kept until read (default `TRIMTAB_RAY_LOG_DIR` or /tmp/trimtab-ray)."""
 
     name = "ray"
 
     def __init__(self, address: str, clock: Callable[[], float] = time.monotonic,
-                 nodes_every_s: float = 1.0, log_dir: str = "/tmp/trimtab-ray") -> None:
+                 nodes_every_s: float = 1.0, log_dir: str | None = None, lost_wait_s: float = 45.0) -> None:
         connect(address)
         ray = _ray()
         self._ray = ray
         self.address = address
         self._clock = clock
         self._nodes_every_s = nodes_every_s
+        self._lost_wait_s = lost_wait_s
         self._next_nodes_s = 0.0
-        self._log_dir = log_dir
+        self._log_dir = log_dir or os.environ.get("TRIMTAB_RAY_LOG_DIR", "/tmp/trimtab-ray")
         self._tasks: dict[str, _Tracked] = {}
+        self._reaping: list[tuple[Any, Any, float]] = []  # (actor, its finish() call, when to kill it anyway)
         self._masters: dict[tuple[int, int], str] = {}
         self._node_ids: dict[str, str] = {}
         self._node_ips: dict[str, str] = {}
@@ -247,7 +269,7 @@ class RayExecutor(Executor):
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(task.run_id, self._log_dir)
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        tracked = _Tracked(actor, task.log_path)
+        tracked = _Tracked(actor, task.log_path, task.node)
         tracked.wait_ref = actor.wait.remote()
         started = actor.start.remote(list(task.argv), env, task.workdir)
         tracked.extra["start_ref"] = started
@@ -269,6 +291,7 @@ class RayExecutor(Executor):
         ray = self._ray
         now = self._clock()
         exits: list[TaskExit] = []
+        self._reap(now)
         self._pump_logs()
         for run_id, tracked in list(self._tasks.items()):
             start_ref = tracked.extra.get("start_ref")
@@ -280,6 +303,7 @@ class RayExecutor(Executor):
                         info = ray.get(start_ref)
                     except Exception as exc:  # the actor died before it could start the command
                         info = {"error": f"{type(exc).__name__}"}
+                        self._lost(tracked, now)
                     if "error" in info:
                         tracked.ended, tracked.exit_code = True, 127
                         tracked.detail = f"could not start: {info['error']}"
@@ -294,6 +318,7 @@ class RayExecutor(Executor):
                             tracked.detail = "killed"
                     except Exception as exc:  # RayActorError: the actor (or its node) died
                         tracked.exit_code, tracked.detail = None, f"actor lost ({type(exc).__name__})"
+                        self._lost(tracked, now)
                 elif tracked.kill_at_s is not None and now >= tracked.kill_at_s:
                     if not tracked.killed:
                         tracked.actor.signal.remote(9)
@@ -303,11 +328,10 @@ class RayExecutor(Executor):
                         ray.kill(tracked.actor, no_restart=True)
                         tracked.kill_at_s = None
                     continue
-            if tracked.ended:
+            if tracked.ended and self._node_settled(tracked, now):
                 self._drain_log(tracked)
-                with contextlib.suppress(Exception):
-                    tracked.actor.cleanup.remote()
-                    ray.kill(tracked.actor, no_restart=True)
+                if tracked.actor is not None:  # the actor removes its node-side log and exits; killed if not
+                    self._reaping.append((tracked.actor, tracked.actor.finish.remote(), now + 10.0))
                 del self._tasks[run_id]
                 exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail))
         return exits
@@ -318,16 +342,49 @@ class RayExecutor(Executor):
         except ValueError:
             if handle is None:
                 return Adoption.NEVER_STARTED
-            self._tasks[task.run_id] = _Tracked(None, task.log_path, ended=True, detail="vanished")
+            self._tasks[task.run_id] = _Tracked(None, task.log_path, task.node, ended=True, detail="vanished")
             return Adoption.ENDED
         offset = task.log_path.stat().st_size if task.log_path.exists() else 0
-        tracked = _Tracked(actor, task.log_path, offset=offset)
+        tracked = _Tracked(actor, task.log_path, task.node, offset=offset)
         tracked.wait_ref = actor.wait.remote()
         self._tasks[task.run_id] = tracked
         return Adoption.RUNNING
 
     def close(self) -> None:
         self._tasks.clear()  # detached actors keep running; a restarted daemon adopts them
+        for actor, _ref, _at in self._reaping:
+            with contextlib.suppress(Exception):
+                self._ray.kill(actor, no_restart=True)
+        self._reaping.clear()
+
+    def _reap(self, now_s: float) -> None:
+        """Kill the actors of ended tasks once their finish() call has returned (or failed), or at the latest 10 s
+        after it was sent: a detached actor is never left behind."""
+        if not self._reaping:
+            return
+        ready, _ = self._ray.wait([ref for _, ref, _ in self._reaping], num_returns=len(self._reaping), timeout=0)
+        done = set(ready)
+        keep = []
+        for actor, ref, kill_at_s in self._reaping:
+            if ref in done or now_s >= kill_at_s:
+                with contextlib.suppress(Exception):
+                    self._ray.kill(actor, no_restart=True)
+            else:
+                keep.append((actor, ref, kill_at_s))
+        self._reaping = keep
+
+    def _lost(self, tracked: _Tracked, now_s: float) -> None:
+        if tracked.killed:
+            return  # we killed it ourselves (a stop past its grace period), not its node
+        tracked.lost_at_s = now_s
+        self._next_nodes_s = 0.0  # look at the nodes at the next step: the actor's may be gone
+
+    def _node_settled(self, tracked: _Tracked, now_s: float) -> bool:
+        """Whether a lost actor's exit may be reported: once its node is known dead (so the daemon has marked it
+        down and will not place the retry there), or after `lost_wait_s` with the node still alive."""
+        if tracked.lost_at_s is None or tracked.node not in self._alive:
+            return True
+        return now_s - tracked.lost_at_s >= self._lost_wait_s
 
     # ------------------------------------------------------------------------------------------- logs
 

@@ -1,0 +1,269 @@
+"""`trimtab serve --backend ray` on a real Ray cluster started here: a head and two worker raylets with 4 virtual
+GPUs each. Gangs spread over both workers start together with the right environment; a lost node's job retries.
+
+`RayCluster` (also used by the compare test) starts every node in its own session and kills those sessions at the
+end, so nothing it started outlives the test."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from serve_helpers import Server, free_port
+
+pytest.importorskip("ray")
+
+RAY = shutil.which("ray", path=str(Path(sys.executable).parent)) or shutil.which("ray")
+# Quick failure detection: a raylet that stops answering is declared dead after about 1.5 s instead of ~30 s.
+FAST_HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_threshold": "3",
+               "RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_timeout_ms": "500"}
+
+
+class RayCluster:
+    """A head (no GPUs) and `workers` worker raylets on this machine, each started by `ray start` in its own
+    session; `kill(i)` SIGKILLs worker i's raylet and everything it started; `stop()` kills them all."""
+
+    def __init__(self, root: Path, workers: int = 2, gpus: int = 4, cpus: int = 2, head_cpus: int = 1) -> None:
+        self.root = root
+        self.port = free_port()
+        self.address = f"127.0.0.1:{self.port}"
+        self.groups: list[int] = []  # process group of each node, head first
+        self.env = {**os.environ, **FAST_HEALTH, "RAY_USAGE_STATS_ENABLED": "0"}
+        self.temp_dir = tempfile.mkdtemp(prefix="tt-ray-")  # short: Ray's socket paths must fit in 107 bytes
+        self._start(["--head", "--port", str(self.port), "--num-gpus", "0", "--num-cpus", str(head_cpus),
+                     "--temp-dir", self.temp_dir, "--include-dashboard=false",
+                     "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port())], "head")
+        for i in range(workers):
+            self._start(["--address", self.address, "--num-gpus", str(gpus), "--num-cpus", str(cpus),
+                         "--resources", json.dumps({f"trimtab-test-w{i + 1}": 1})], f"w{i + 1}")
+        self.wait_nodes(workers + 1)
+
+    def _start(self, args: list[str], name: str) -> None:
+        assert RAY is not None
+        cmd = [RAY, "start", *args, "--object-store-memory", str(80 << 20), "--disable-usage-stats",
+               "--dashboard-agent-listen-port", str(free_port()), "--metrics-export-port", str(free_port())]
+        log = open(self.root / f"ray-{name}.log", "ab")  # noqa: SIM115 - kept open by the node's processes
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**self.env, "TRIMTAB_TEST_NODE": name})
+        self.groups.append(proc.pid)
+        if proc.wait(timeout=120) != 0:
+            self.stop()
+            raise RuntimeError(f"ray start {name} failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
+
+    def nodes(self) -> list[dict[str, Any]]:
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+                "log_to_driver=False); print(json.dumps([{'alive': n['Alive'], 'resources': n['Resources']} "
+                "for n in ray.nodes()]))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env=self.env)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
+    def wait_nodes(self, alive: int, timeout_s: float = 60) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if sum(n["alive"] for n in self.nodes()) == alive:
+                return
+            time.sleep(0.5)
+        raise RuntimeError(f"the Ray cluster did not reach {alive} alive nodes")
+
+    def kill(self, worker: int) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.groups[worker], signal.SIGKILL)
+
+    def stop(self) -> None:
+        for group in reversed(self.groups):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(group, signal.SIGKILL)
+        shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+def leftover_tasks(marker: str) -> list[int]:
+    """Processes whose environment holds `marker` (a path of this test's data dir)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                with open(f"/proc/{entry.name}/environ", "rb") as f:
+                    if marker.encode() in f.read():
+                        found.append(int(entry.name))
+            except OSError:
+                continue
+    return [p for p in found if p != os.getpid()]
+
+
+RECORD = (
+    'f="$0/$TRIMTAB_JOB_ID.$RANK.$TRIMTAB_ATTEMPT"; '
+    'echo "$TRIMTAB_TEST_NODE $CUDA_VISIBLE_DEVICES $RANK $LOCAL_RANK $WORLD_SIZE $MASTER_ADDR $MASTER_PORT '
+    '$TRIMTAB_JOB_ID $TRIMTAB_CHECKPOINT_DIR $(date +%s.%N)" > "$f"; '
+    'echo "hello from rank $RANK"; sleep "$1"; echo "$(date +%s.%N)" >> "$f"'
+)
+
+
+def record_cmd(out: Path, sleep_s: float) -> list[str]:
+    return ["sh", "-c", RECORD, str(out), str(sleep_s)]
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RayCluster, Server, Path]]:
+    root = tmp_path_factory.mktemp("raycluster")
+    ray_cluster = RayCluster(root)
+    server: Server | None = None
+    try:
+        server = Server(root / "data", "--backend", "ray", "--ray-address", ray_cluster.address,
+                        "--policy", "priority", env={**FAST_HEALTH, "TRIMTAB_RAY_LOG_DIR": str(root / "nodelogs")}
+                        ).start(timeout_s=90)
+        out = root / "out"
+        out.mkdir()
+        yield ray_cluster, server, out
+    finally:
+        if server is not None:
+            server.stop()
+        ray_cluster.stop()
+        time.sleep(0.5)
+        for pid in leftover_tasks(str(root)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def wait_job(client: httpx.Client, job_id: int, states: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    job: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        job = client.get(f"/v1/jobs/{job_id}").json()
+        if job["state"] in states:
+            return job
+        time.sleep(0.3)
+    raise AssertionError(f"job {job_id} not {states} in {timeout_s} s: {job}")
+
+
+def records(out: Path, job_id: int, attempt: int = 1) -> dict[int, list[str]]:
+    found = {}
+    for path in out.glob(f"{job_id}.*.{attempt}"):
+        found[int(path.name.split(".")[1])] = path.read_text().split()
+    return found
+
+
+@pytest.mark.slow
+def test_gangs_spread_over_both_workers_start_together_with_the_right_environment(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    _, server, out = cluster
+    with server.client() as client:
+        nodes = client.get("/v1/nodes").json()["nodes"]
+        assert sorted(n["gpus"] for n in nodes) == [4, 4], nodes
+        big = client.post("/v1/jobs", json={"command": record_cmd(out, 3), "gpus": 1, "tasks": 8}).json()["id"]
+        job = wait_job(client, big, ("completed", "failed"), 120)
+        assert job["state"] == "completed", job
+        pair = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 2, "tasks": 2}).json()["id"]
+        assert wait_job(client, pair, ("completed", "failed"), 120)["state"] == "completed"
+        log = client.get(f"/v1/jobs/{big}/logs", params={"rank": 5}).text
+    recs = records(out, big)
+    assert sorted(recs) == list(range(8))
+    assert {r[0] for r in recs.values()} == {"w1", "w2"}, "the gang of 8 spans both workers"
+    by_run = {r["rank"]: r for r in job["runs"]}
+    for rank, r in recs.items():
+        _node, gpus, rank_s, _local, world, addr, port, job_s, ckpt, start, end = r
+        assert (int(rank_s), world, job_s) == (rank, "8", str(big))
+        assert gpus == ",".join(by_run[rank]["gpus"]) and len(gpus.split(",")) == 1
+        assert ckpt == str(server.data_dir / "checkpoints" / str(big))
+        assert (addr, port) == (recs[0][5], recs[0][6]), "one rendezvous for the whole gang"
+        assert float(end) - float(start) >= 3
+    for node in ("w1", "w2"):  # on each worker, the gang's tasks hold distinct GPUs and local ranks 0..3
+        mine = [r for r in recs.values() if r[0] == node]
+        assert sorted(r[1] for r in mine) == ["0", "1", "2", "3"]
+        assert sorted(r[3] for r in mine) == ["0", "1", "2", "3"]
+    starts = [float(r[9]) for r in recs.values()]
+    assert max(starts) - min(starts) < 3.0, "the gang's tasks start together"
+    assert "hello from rank 5" in log
+    pair_recs = records(out, pair)
+    assert sorted(len(r[1].split(",")) for r in pair_recs.values()) == [2, 2]
+
+
+@pytest.mark.slow
+def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    _, server, out = cluster
+    with server.client() as client:
+        token = client.post("/v1/tokens", json={"tenant": "team-q", "quota_gpus": 2}).json()["token"]
+        low = client.post("/v1/jobs", json={"command": record_cmd(out, 60), "gpus": 1, "tasks": 8,
+                                             "priority_class": "low"}).json()["id"]
+        wait_job(client, low, ("running",), 60)
+        while len(records(out, low)) < 8:
+            time.sleep(0.2)
+        high = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 2, "tasks": 2,
+                                              "priority_class": "high"}).json()["id"]
+        assert wait_job(client, high, ("completed", "failed"), 90)["state"] == "completed"
+        low_job = client.get(f"/v1/jobs/{low}").json()
+        assert low_job["preemptions"] >= 1, low_job
+        client.post(f"/v1/jobs/{low}/cancel")
+        wait_job(client, low, ("cancelled",), 60)
+    with server.client(token) as tenant:
+        first = tenant.post("/v1/jobs", json={"command": record_cmd(out, 3), "gpus": 2}).json()["id"]
+        second = tenant.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 1}).json()["id"]
+        wait_job(tenant, first, ("running",), 60)
+        time.sleep(1.0)
+        assert tenant.get(f"/v1/jobs/{second}").json()["state"] == "pending", "over quota: it waits"
+        assert wait_job(tenant, second, ("completed",), 60)["state"] == "completed"
+    first_end = float(records(out, first)[0][-1])
+    second_start = float(records(out, second)[0][9])
+    assert second_start >= first_end - 0.5
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_job_adopts_its_running_tasks_at_restart(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    _, server, out = cluster
+    with server.client() as client:
+        job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 6), "gpus": 1, "tasks": 2}).json()["id"]
+        deadline = time.monotonic() + 60
+        while len(records(out, job_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    server.kill()
+    server.start(timeout_s=90)
+    with server.client() as client:
+        job = wait_job(client, job_id, ("completed", "failed"), 90)
+        log = client.get(f"/v1/jobs/{job_id}/logs", params={"rank": 1}).text
+    assert (job["state"], job["attempts"]) == ("completed", 1), job
+    assert "hello from rank 1" in log
+    assert all(len(r) == 11 for r in records(out, job_id).values()), "both tasks ran to their end, once"
+
+
+@pytest.mark.slow
+def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    ray_cluster, server, out = cluster
+    with server.client() as client:
+        job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 8), "gpus": 2, "tasks": 1,
+                                               "retries": 1}).json()["id"]
+        deadline = time.monotonic() + 60
+        while not records(out, job_id) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        first_node = records(out, job_id)[0][0]
+        ray_cluster.kill(int(first_node[1:]))
+        deadline = time.monotonic() + 60
+        while not records(out, job_id, 2) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert leftover_tasks(f"TRIMTAB_RUN_ID={job_id}.1.0") == [], "the lost node's task died with its node"
+        job = wait_job(client, job_id, ("completed", "failed"), 120)
+        assert job["state"] == "completed", job
+        assert job["attempts"] == 2
+        assert records(out, job_id, 2)[0][0] != first_node
+        nodes = {n["name"]: n["healthy"] for n in client.get("/v1/nodes").json()["nodes"]}
+        assert sorted(nodes.values()) == [False, True]
+    # every ended task's actor removed its node-side log, except the one whose node died with it
+    deadline = time.monotonic() + 15
+    while len(list((out.parent / "nodelogs").iterdir())) > 1 and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert [p.name.split("-")[0] for p in (out.parent / "nodelogs").iterdir()] == [f"{job_id}.1.0"]
