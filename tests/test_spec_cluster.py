@@ -4,28 +4,17 @@ Stories check node counts, rack layout, labels and capacities; tables check that
 
 from __future__ import annotations
 
-import os
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
+from builders import trace_path
 from trimtab.model import Resources, Taint
 from trimtab.spec import SpecError, load_cluster
 from trimtab.spec.cluster import GPU_MODEL_LABEL, RACK_LABEL
 
-
-def _traces_dir() -> Path:
-    """The shared public-trace folder: $TRIMTAB_TRACES, else ../shared/traces beside the project."""
-    return Path(os.environ.get("TRIMTAB_TRACES") or Path(__file__).parents[1].parent / "shared" / "traces")
-
-
-def _trace(relative: str) -> Path:
-    """A file of the shared trace folder; skips the test when it is absent (the traces are not in the repo)."""
-    path = _traces_dir() / relative
-    if not path.exists():
-        pytest.skip(f"public trace {relative} not found under {_traces_dir()}; set TRIMTAB_TRACES to shared/traces")
-    return path
+_trace = trace_path  # the shared traces folder; skips the test when a trace is absent
 
 
 # --- shapes -------------------------------------------------------------------------------------------------

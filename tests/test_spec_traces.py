@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,21 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from builders import trace_path
 from trimtab.model import Job, Resources
 from trimtab.spec import SpecError, load_trace, write_csv
 
-
-def _traces_dir() -> Path:
-    """The shared public-trace folder: $TRIMTAB_TRACES, else ../shared/traces beside the project."""
-    return Path(os.environ.get("TRIMTAB_TRACES") or Path(__file__).parents[1].parent / "shared" / "traces")
-
-
-def _trace(relative: str) -> Path:
-    """A file of the shared trace folder; skips the test when it is absent (the traces are not in the repo)."""
-    path = _traces_dir() / relative
-    if not path.exists():
-        pytest.skip(f"public trace {relative} not found under {_traces_dir()}; set TRIMTAB_TRACES to shared/traces")
-    return path
+_trace = trace_path  # the shared traces folder; skips the test when a trace is absent
 
 
 TIRESIAS_60 = "tiresias/simulator/60_job.csv"
