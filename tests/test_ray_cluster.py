@@ -157,6 +157,7 @@ def records(out: Path, job_id: int, attempt: int = 1) -> dict[int, list[str]]:
 
 
 @pytest.mark.slow
+@pytest.mark.ray_cluster
 def test_gangs_spread_over_both_workers_start_together_with_the_right_environment(
         cluster: tuple[RayCluster, Server, Path]) -> None:
     _, server, out = cluster
@@ -192,6 +193,7 @@ def test_gangs_spread_over_both_workers_start_together_with_the_right_environmen
 
 
 @pytest.mark.slow
+@pytest.mark.ray_cluster
 def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
         cluster: tuple[RayCluster, Server, Path]) -> None:
     _, server, out = cluster
@@ -222,6 +224,7 @@ def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
 
 
 @pytest.mark.slow
+@pytest.mark.ray_cluster
 def test_a_server_killed_mid_job_adopts_its_running_tasks_at_restart(
         cluster: tuple[RayCluster, Server, Path]) -> None:
     _, server, out = cluster
@@ -241,6 +244,7 @@ def test_a_server_killed_mid_job_adopts_its_running_tasks_at_restart(
 
 
 @pytest.mark.slow
+@pytest.mark.ray_cluster
 def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
         cluster: tuple[RayCluster, Server, Path]) -> None:
     ray_cluster, server, out = cluster
