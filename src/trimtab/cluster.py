@@ -264,17 +264,24 @@ class ClusterState:
             free[nodes] = after
         if gpu_rows is not None:
             rows, busy_rows, carved = gpu_rows
-            idle_before = self._idle_count(nodes)
+            # whole GPUs go from idle to held and back, one for one: no need to recount idle GPUs
+            whole = bool(task.gpus) and not task.mig
+            idle_before = None if whole else self._idle_count(nodes)
             self.gpu_free_milli[nodes] = rows
-            self.mig_busy[nodes] = busy_rows
+            if not whole:
+                self.mig_busy[nodes] = busy_rows
             for key, value in carved.items():
                 if value:
                     self.mig_carved[key] = value
                 else:
                     self.mig_carved.pop(key, None)
-            delta = self._idle_count(nodes) - idle_before
+            if idle_before is None:
+                delta = sign * task.gpus * counts
+                self.free_gpu_milli[nodes] += delta * GPU_MILLI
+            else:
+                delta = self._idle_count(nodes) - idle_before
+                self.free_gpu_milli[nodes] = rows.sum(axis=1)
             self.free_gpus[nodes] += delta
-            self.free_gpu_milli[nodes] = rows.sum(axis=1)
             self.free_gpus_total += int(delta[self.healthy[nodes]].sum())
         self.tasks_running[nodes] -= sign * counts
         for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
@@ -291,8 +298,8 @@ class ClusterState:
                    ) -> tuple[np.ndarray, np.ndarray, dict[tuple[int, int], dict[int, str]]]:
         """The GPU rows of the allocation's nodes after applying it, GPU choices resolved and recorded."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
-        rows = self.gpu_free_milli[nodes].copy()
-        busy_rows = self.mig_busy[nodes].copy()
+        rows = self.gpu_free_milli[nodes]  # integer-array indexing copies already
+        busy_rows = self.mig_busy[nodes]
         carved_after: dict[tuple[int, int], dict[int, str]] = {}
         per_task = task.gpus or 1
         idx = alloc.gpu_idx
