@@ -92,7 +92,8 @@ def _fail(message: str) -> None:
 
 def _write_json(data: Any, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    # compact: without indent the json module encodes in C, several times faster on a run of 80,000 jobs
+    path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
 
 
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
