@@ -5,7 +5,7 @@ The daemon owns all scheduling state; an executor only runs what it is told and 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -92,3 +92,16 @@ class Executor(ABC):
 
     def close(self) -> None:
         return None
+
+
+def begin_stop(tracked: Any, now_s: float, grace_s: float, send: Callable[[bool], None]) -> None:
+    """The stop protocol every executor shares: on the first stop, `send(False)` (SIGTERM), or `send(True)`
+    (SIGKILL) when there is no grace, and arm `tracked.kill_at_s`; a later stop only brings the kill nearer. The
+    executor's poll sends the kill once `kill_at_s` has passed. `tracked` has `ended` and `kill_at_s`."""
+    if tracked.ended:
+        return
+    if tracked.kill_at_s is None:
+        send(grace_s <= 0)
+        tracked.kill_at_s = now_s + grace_s
+    else:
+        tracked.kill_at_s = min(tracked.kill_at_s, now_s + grace_s)

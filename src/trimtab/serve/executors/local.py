@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
+from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch, begin_stop
 
 # $1 is the run folder; the rest is the command. The wrapper traps TERM with a no-op (not '' : an ignored signal
 # would be inherited as ignored by the command), so a stop's SIGTERM reaches the command while the wrapper waits for
@@ -140,14 +140,9 @@ class LocalExecutor(Executor):
 
     def stop(self, run_id: str, grace_s: float) -> None:
         tracked = self._tasks.get(run_id)
-        if tracked is None or tracked.ended:
-            return
-        now = self._clock()
-        if tracked.kill_at_s is None:
-            self._signal(tracked, signal.SIGTERM if grace_s > 0 else signal.SIGKILL)
-            tracked.kill_at_s = now + grace_s
-        else:
-            tracked.kill_at_s = min(tracked.kill_at_s, now + grace_s)
+        if tracked is not None:
+            begin_stop(tracked, self._clock(), grace_s,
+                       lambda kill: self._signal(tracked, signal.SIGKILL if kill else signal.SIGTERM))
 
     def poll(self) -> list[TaskExit]:
         now = self._clock()

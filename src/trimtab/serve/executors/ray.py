@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.model import Node, Resources
-from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
+from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch, begin_stop
 from trimtab.serve.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
@@ -278,14 +278,8 @@ class RayExecutor(Executor):
 
     def stop(self, run_id: str, grace_s: float) -> None:
         tracked = self._tasks.get(run_id)
-        if tracked is None or tracked.ended:
-            return
-        now = self._clock()
-        if tracked.kill_at_s is None:
-            tracked.actor.signal.remote(15 if grace_s > 0 else 9)
-            tracked.kill_at_s = now + grace_s
-        else:
-            tracked.kill_at_s = min(tracked.kill_at_s, now + grace_s)
+        if tracked is not None:
+            begin_stop(tracked, self._clock(), grace_s, lambda kill: tracked.actor.signal.remote(9 if kill else 15))
 
     def poll(self) -> list[TaskExit]:
         ray = self._ray
