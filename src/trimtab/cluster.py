@@ -5,7 +5,7 @@ Everything here is vectorised over nodes; the scheduler is the only writer."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -85,14 +85,13 @@ class Allocation:
     task: Resources
     gpu_idx: np.ndarray | None = None
     mig_start: np.ndarray | None = None
+    tasks: int = field(init=False, compare=False)  # counts.sum(), counted once: read on every key and victim check
+    gpus: int = field(init=False, compare=False)
 
-    @property
-    def tasks(self) -> int:
-        return int(self.counts.sum())
-
-    @property
-    def gpus(self) -> int:
-        return self.tasks * self.task.gpus
+    def __post_init__(self) -> None:
+        tasks = int(self.counts.sum())
+        object.__setattr__(self, "tasks", tasks)
+        object.__setattr__(self, "gpus", tasks * self.task.gpus)
 
     @property
     def gpu_milli(self) -> int:

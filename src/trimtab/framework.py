@@ -5,6 +5,7 @@ it changes ClusterState only through Txns, so a gang is placed whole or not at a
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -157,6 +158,8 @@ class CycleContext:
     prior_executed_s: Mapping[str, float]  # credited run time of pending jobs (after checkpoint loss)
     rng: np.random.Generator
     running_keys: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # order keys of running jobs
+    # the same, ranked: (key, start_s, job id) ascending, so the worst running jobs are at the end
+    running_ranked: Sequence[tuple[tuple[Any, ...], float, str]] = ()
     order_key: Callable[[Job], tuple[Any, ...]] = lambda job: ()  # the profile's order key of any job
     usage: UsageBook = field(default_factory=UsageBook)  # held by running jobs per tenant and queue
     node_mask: Callable[[Job], np.ndarray] | None = None  # nodes every filter of the profile allows for a job
@@ -403,42 +406,65 @@ class Framework:
         self.static_order = all(p.static_order for p in self.order)
         self.dynamic_running_keys = any(p.dynamic_running_key for p in self.order)
         self._running_keys: dict[str, tuple[Any, ...]] = {}
+        # the same as (key, start_s, job id), sorted, and each job's entry in it
+        self._ranked: list[tuple[tuple[Any, ...], float, str]] = []
+        self._rank_entry: dict[str, tuple[tuple[Any, ...], float, str]] = {}
         self._key_expiry: list[tuple[float, str]] = []  # heap of (expiry, job id) for cached running keys
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
 
     def forget(self, job_id: str) -> None:
         """A job stopped running: drop its cached key and its usage."""
-        self._running_keys.pop(job_id, None)
+        self._drop_running_key(job_id)
         if self.keeps_usage:
             self.usage.remove(job_id)
 
-    def _cache_running_key(self, job: Job, ctx: CycleContext) -> None:
-        self._running_keys[job.id] = self.order_key(job, ctx)
-        expiry = min((p.key_expires_s(job, ctx) for p in self.order), default=math.inf)
+    def _drop_running_key(self, job_id: str) -> None:
+        if self._running_keys.pop(job_id, None) is not None:
+            ranked = self._ranked
+            del ranked[bisect.bisect_left(ranked, self._rank_entry.pop(job_id))]
+
+    def _cache_running_key(self, job: Job, ctx: CycleContext, rank: bool = True) -> None:
+        """Compute a running job's key and when it expires; with `rank` False the caller re-sorts `_ranked`."""
+        if rank:
+            self._drop_running_key(job.id)
+        key = self._running_keys[job.id] = self.order_key(job, ctx)
+        entry = self._rank_entry[job.id] = (key, ctx.running[job.id].start_s, job.id)
+        if rank:
+            bisect.insort(self._ranked, entry)
+        expiry = math.inf
+        for plugin in self.order:
+            expiry = min(expiry, plugin.key_expires_s(job, ctx))
         if expiry < math.inf:
             heapq.heappush(self._key_expiry, (expiry, job.id))
 
     def _refresh_running_keys(self, ctx: CycleContext) -> None:
         if self.dynamic_running_keys:
             self._running_keys = {jid: self.order_key(run.job, ctx) for jid, run in ctx.running.items()}
+            self._rank_entry = {jid: (key, ctx.running[jid].start_s, jid) for jid, key in self._running_keys.items()}
+            self._ranked = sorted(self._rank_entry.values())
             return
         if len(self._running_keys) != len(ctx.running):  # jobs started outside a cycle (e.g. re-adopted)
             for job_id, run in ctx.running.items():
                 if job_id not in self._running_keys:
                     self._cache_running_key(run.job, ctx)
         heap = self._key_expiry
+        expired = []
         while heap and heap[0][0] <= ctx.now_s:
-            _, job_id = heapq.heappop(heap)
-            run = ctx.running.get(job_id)
+            run = ctx.running.get(heapq.heappop(heap)[1])
             if run is not None:
-                self._cache_running_key(run.job, ctx)
+                expired.append(run.job)
+        one_by_one = len(expired) < 64  # many at once (a cohort crossing a threshold): one sort is cheaper
+        for job in expired:
+            self._cache_running_key(job, ctx, rank=one_by_one)
+        if not one_by_one:
+            self._ranked = sorted(self._rank_entry.values())
         if len(self._running_keys) > len(ctx.running):
             for job_id in [j for j in self._running_keys if j not in ctx.running]:
-                del self._running_keys[job_id]
+                self._drop_running_key(job_id)
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
-        return tuple(p.order_key(job, ctx) for p in self.order)
+        return tuple([p.order_key(job, ctx) for p in self.order])
 
     def node_mask(self, job: Job, ctx: CycleContext) -> np.ndarray:
         """Nodes that every filter allows for `job`, whatever is free on them now."""
@@ -493,10 +519,11 @@ class Framework:
         if self.preempt:
             self._refresh_running_keys(ctx)
             ctx.running_keys = self._running_keys
+            ctx.running_ranked = self._ranked
         reserved = np.zeros(len(cluster), dtype=np.int64)
         reserved_total = 0
         reserved_from_s = math.inf  # earliest start of a node reservation: jobs done by then may use its GPUs
-        worst_running = max(ctx.running_keys.values(), default=None)
+        worst_running = ctx.running_ranked[-1][0] if ctx.running_ranked else None
         fail_gpus = math.inf  # the smallest job whose preemption attempt failed in this cycle
         has_admit, has_preempt, has_backfill = bool(self.admit), bool(self.preempt), bool(self.backfill)
         for key, job, shape in queue:

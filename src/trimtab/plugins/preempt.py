@@ -6,13 +6,16 @@ when a gang is blocked by fragmentation)."""
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Iterable
+
 import numpy as np
 
 from trimtab.framework import CycleContext, Decision, Plugin
 from trimtab.model import Job
 
 
-def _fewest_victims(job: Job, ctx: CycleContext, candidates: list[str]) -> list[str] | None:
+def _fewest_victims(job: Job, ctx: CycleContext, candidates: Iterable[str]) -> list[str] | None:
     """From candidates ranked worst first, take victims until the job's GPUs are free, then give back any victim
     (best ranked first) that turns out not to be needed. Returns None when even all candidates are not enough."""
     need = job.gpus - ctx.cluster.free_gpus_total
@@ -44,25 +47,16 @@ class LowerOrder(Plugin):
             raise ValueError("key_depth must be >= 1")
         self.min_runtime_s = float(min_runtime_s)
         self.key_depth = key_depth
-        self._worst: tuple[object, ...] | None = None
-
-    def open(self, ctx: CycleContext) -> None:
-        self._worst = None  # the worst running key prefix, computed on the first call of the cycle
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
         key = ctx.order_key(job)[:depth]
-        if self._worst is None:
-            # the lexicographic maximum's prefix is the maximum prefix: compare whole keys at C speed
-            self._worst = max(ctx.running_keys.values(), default=())[:depth]
-        if not key < self._worst:
-            return None
-        ranked = sorted(
-            (k, ctx.running[jid].start_s, jid)
-            for jid, k in ctx.running_keys.items()
-            if k[:depth] > key and ctx.now_s - ctx.running[jid].start_s >= self.min_runtime_s
-        )
-        return _fewest_victims(job, ctx, [jid for _, _, jid in reversed(ranked)])
+        ranked = ctx.running_ranked  # ascending: jobs ordered after `key` form its tail
+        first = bisect.bisect_right(ranked, key, key=lambda entry: entry[0][:depth])
+        now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
+        worst_first = (ranked[i][2] for i in range(len(ranked) - 1, first - 1, -1)
+                       if now_s - ranked[i][1] >= min_runtime_s)
+        return _fewest_victims(job, ctx, worst_first)
 
 
 class LowerPriority(Plugin):
