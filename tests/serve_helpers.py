@@ -86,11 +86,13 @@ class Server:
                 self.kill()
 
 
-def task_command(out_dir: Path, sleep_s: float) -> list[str]:
+def task_command(out_dir: Path, sleep_s: float, record_env: bool = False) -> list[str]:
     """A task that records its job, rank, CUDA_VISIBLE_DEVICES and run interval in `out_dir/<job>.<rank>.<attempt>`
-    and appends one line per completed run to `out_dir/marker.<job>` (exactly-once checks)."""
+    and appends one line per completed run to `out_dir/marker.<job>` (exactly-once checks). With `record_env`, its
+    CUDA_* and TRIMTAB_GPU_* variables go to `out_dir/env/<job>.<rank>.<attempt>` (see `task_env`)."""
+    dump = 'mkdir -p "$0/env"; env | grep -E "^(CUDA_|TRIMTAB_GPU)" | sort > "$0/env/${f##*/}"; ' if record_env else ""
     script = (
-        'f="$0/$TRIMTAB_JOB_ID.$RANK.$TRIMTAB_ATTEMPT"; '
+        'f="$0/$TRIMTAB_JOB_ID.$RANK.$TRIMTAB_ATTEMPT"; ' + dump +
         'echo "$TRIMTAB_JOB_ID $RANK $CUDA_VISIBLE_DEVICES $(date +%s.%N)" > "$f"; '
         f"sleep {sleep_s}; "
         'echo "$(date +%s.%N)" >> "$f"; '
@@ -124,6 +126,31 @@ def overlapping(intervals: Iterable[tuple[str, float, float, str]]) -> list[tupl
         for (_s0, e0, h0), (s1, _e1, h1) in itertools.pairwise(spans):
             if s1 < e0:
                 bad.append((gpu, h0, h1))
+    return bad
+
+
+def task_env(out_dir: Path, job_id: int, rank: int = 0, attempt: int = 1) -> dict[str, str]:
+    """The CUDA_* and TRIMTAB_GPU_* variables a task recorded (`task_command(..., record_env=True)`)."""
+    text = (out_dir / "env" / f"{job_id}.{rank}.{attempt}").read_text()
+    return dict(line.split("=", 1) for line in text.splitlines() if line)
+
+
+def overcommitted(intervals: Iterable[tuple[str, float, float, str]], milli_of: dict[str, int]
+                  ) -> list[tuple[str, float, int]]:
+    """Moments when the holders of one GPU held more than 1000 milli together: [(gpu, time, milli)].
+    `milli_of[holder]` is what each holder ("job.x.y" or "job.rank.attempt": keyed by its job id, the part before
+    the first dot) holds of each of its GPUs."""
+    events: dict[str, list[tuple[float, int]]] = defaultdict(list)
+    for gpu, start, end, holder in intervals:
+        milli = milli_of[holder.split(".")[0]]
+        events[gpu] += [(start, milli), (end, -milli)]
+    bad = []
+    for gpu, changes in events.items():
+        held = 0
+        for t, delta in sorted(changes, key=lambda c: (c[0], c[1])):  # at equal times, ends first
+            held += delta
+            if held > 1000:
+                bad.append((gpu, t, held))
     return bad
 
 

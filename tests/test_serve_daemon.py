@@ -11,6 +11,7 @@ from sqlalchemy import select
 
 from trimtab.framework import Profile
 from trimtab.serve.daemon import Daemon, Principal, ServeError
+from trimtab.serve.executors.base import TaskLaunch
 from trimtab.serve.executors.fake import FakeExecutor
 from trimtab.serve.gpus import from_cluster_file, virtual
 from trimtab.serve.store import JobRow, RunRow, Store, sqlite_url
@@ -125,7 +126,7 @@ def test_one_failed_task_ends_the_whole_gang_attempt(world: World) -> None:
     world.run(d, 6)
     row = world.job(jid)
     assert (row.state, row.exit_code) == ("failed", 1)
-    assert d.free_devices[d.cluster.nodes[0].name] and not d.runs
+    assert not any(d.held_milli[d.cluster.nodes[0].name].values()) and not d.runs
 
 
 def test_cancel_a_pending_job_at_once_and_a_running_one_after_its_tasks_exit(world: World) -> None:
@@ -283,3 +284,120 @@ def test_a_task_that_cannot_start_fails_its_attempt_with_the_reason(world: World
     row = world.job(jid)
     assert (row.state, row.exit_code) == ("failed", 127)
     assert "could not start" in row.reason and "no-such-dir" in row.reason
+
+
+# ------------------------------------------------------------------------------------------------ GPU shares
+
+
+def share_env(launch: TaskLaunch) -> dict[str, str]:
+    return {k: v for k, v in launch.env.items() if k.startswith(("CUDA_", "TRIMTAB_GPU"))}
+
+
+def test_two_half_gpu_jobs_share_one_gpu_and_a_whole_gpu_job_waits_for_both(world: World) -> None:
+    """On one GPU of 80 GiB, two jobs of 500 milli run at once on GPU 0, each told its share by the MPS
+    variables; a job of one whole GPU submitted after them starts only once both have ended."""
+    world.cluster = "1x1:h100-80gb"
+    d = world.daemon()
+    a, _ = d.submit(spec("sleep 10", gpu_milli=500), ADMIN)
+    b, _ = d.submit(spec("sleep 20", gpu_milli=500), ADMIN)
+    whole, _ = d.submit(spec("sleep 5", gpus=1), ADMIN)
+    world.run(d, 1)
+    assert [world.job(j).state for j in (a, b, whole)] == ["running", "running", "pending"]
+    assert [(t.gpu_ids, t.gpu_milli, share_env(t)) for t in world.fake.launched] == [
+        (("0",), 500, {"CUDA_VISIBLE_DEVICES": "0", "TRIMTAB_GPU_MILLI": "500",
+                       "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "50", "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=40960M"}),
+    ] * 2
+    [gpu] = d.snapshot()["nodes"][0]["devices"]
+    assert gpu["jobs"] == [{"job_id": a, "milli": 500}, {"job_id": b, "milli": 500}]
+    assert gpu["milli_allocated"] == 1000
+    world.run(d, 10)
+    assert [world.job(j).state for j in (a, b, whole)] == ["completed", "running", "pending"]
+    world.run(d, 10)
+    assert world.job(whole).state == "running"
+    assert share_env(world.fake.launched[-1]) == {"CUDA_VISIBLE_DEVICES": "0"}, "a whole GPU gets no MPS limits"
+
+
+def test_shares_fill_one_gpu_before_the_next_and_a_gang_of_shares_may_sit_on_one_gpu(world: World) -> None:
+    """Shares go to the fullest GPU they fit on (the scheduler's choice, which the daemon follows): three jobs of
+    400 milli on 2 GPUs take GPU 0, GPU 0, GPU 1; a gang of two 300-milli tasks then fits on GPU 1 alone. A GPU
+    whose memory is unknown (a virtual GPU without a stated size) gets no memory limit."""
+    world.gpus = 2
+    d = world.daemon()
+    for _ in range(3):
+        d.submit(spec(gpu_milli=400), ADMIN)
+    gang, _ = d.submit(spec(gpu_milli=300, tasks=2), ADMIN)
+    world.run(d, 1)
+    assert [t.gpu_ids for t in world.fake.launched] == [("0",), ("0",), ("1",), ("1",), ("1",)]
+    assert all("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in t.env for t in world.fake.launched)
+    assert {t.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for t in world.fake.launched[3:]} == {"30"}
+    assert world.job(gang).state == "running"
+    held = d.held_milli[d.cluster.nodes[0].name]
+    assert held == {"0": 800, "1": 1000}
+
+
+def test_a_cancelled_share_frees_its_part_of_the_gpu_only_once_its_task_has_exited(world: World) -> None:
+    """Two shares fill the only GPU and a whole-GPU job waits. Both shares are cancelled: the whole job launches
+    only after both share tasks have exited (after the grace period), never onto a GPU still shared."""
+    world.gpus = 1
+    d = world.daemon()
+    shares = [d.submit(spec("sleep 1000", gpu_milli=500), ADMIN)[0] for _ in range(2)]
+    whole, _ = d.submit(spec("sleep 10", gpus=1), ADMIN)
+    world.run(d, 1)
+    for job_id in shares:
+        d.cancel(job_id, ADMIN)
+    world.run(d, 1)
+    assert sorted(world.fake.stopped) == sorted(f"{j}.1.0" for j in shares)
+    assert len(world.fake.launched) == 2, "not launched while the shares still run"
+    world.run(d, 5)
+    assert world.fake.launched[-1].run_id == f"{whole}.1.0"
+    assert [world.job(j).state for j in (*shares, whole)] == ["cancelled", "cancelled", "running"]
+
+
+def test_after_a_crash_shares_are_adopted_on_the_gpu_they_hold_and_no_gpu_goes_over_1000_milli(
+        world: World) -> None:
+    """A restart rebuilds the scheduler's book from the GPUs the tasks really hold: the two shares stay on GPU 0
+    (1000 milli, nothing more fits there), the whole-GPU job keeps waiting, then runs once they end."""
+    world.cluster = "1x2"
+    d = world.daemon()
+    d.submit(spec("sleep 5", gpus=1), ADMIN)  # holds GPU 0 while the shares start
+    world.run(d, 1)
+    shares = [d.submit(spec("sleep 20", gpu_milli=500), ADMIN)[0] for _ in range(2)]
+    whole, _ = d.submit(spec("sleep 5", gpus=1), ADMIN)
+    world.run(d, 1)
+    assert [t.gpu_ids for t in world.fake.launched] == [("0",), ("1",), ("1",)]
+    world.run(d, 5)  # the blocker ends: GPU 0 is free, the whole job takes it
+    d2 = world.daemon()
+    booked = {j: d2.scheduler.running[str(j)].alloc.gpu_idx.tolist() for j in (*shares, whole)}  # type: ignore[union-attr]
+    assert booked == {shares[0]: [1], shares[1]: [1], whole: [0]}, "booked where the tasks really run"
+    assert d2.cluster.gpu_free_milli[0].tolist() == [0, 0]
+    assert d2.held_milli["node-0000"] == {"0": 1000, "1": 1000}
+    assert (d2.cluster.gpu_free_milli >= 0).all()
+    extra, _ = d2.submit(spec("sleep 5", gpu_milli=100), ADMIN)
+    world.run(d2, 1)
+    assert world.job(extra).state == "pending", "GPU 1 is full with the two adopted shares"
+    world.run(d2, 25)
+    assert [world.job(j).state for j in (*shares, whole, extra)] == ["completed"] * 4
+    assert len(world.fake.launched) == 5, "nothing relaunched: the adopted shares ran once"
+
+
+def test_quota_counts_shares_in_thousandths_of_a_gpu(world: World) -> None:
+    d = world.daemon()
+    d.set_quota("a", 1)
+    first, _ = d.submit(spec(gpu_milli=600, tenant="a"), ADMIN)
+    second, _ = d.submit(spec(gpu_milli=400, tenant="a"), ADMIN)
+    third, _ = d.submit(spec(gpu_milli=100, tenant="a"), ADMIN)
+    world.run(d, 1)
+    assert [world.job(j).state for j in (first, second, third)] == ["running", "running", "pending"]
+    with pytest.raises(ServeError) as err:
+        d.submit(spec(gpu_milli=600, tasks=2, tenant="a"), ADMIN)
+    assert (err.value.status, err.value.field) == (403, "gpu_milli")
+    assert "1.2 GPUs" in err.value.message
+    assert d.snapshot()["queues"][0]["gpus_held"] == 1.0
+
+
+def test_a_share_on_a_server_without_gpus_is_refused(world: World) -> None:
+    world.gpus = 0
+    d = world.daemon()
+    with pytest.raises(ServeError) as err:
+        d.submit(spec(gpu_milli=500), ADMIN)
+    assert (err.value.status, err.value.field) == (422, "gpu_milli")

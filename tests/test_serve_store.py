@@ -26,7 +26,7 @@ def test_migrations_build_the_schema_of_the_models_and_may_run_twice(tmp_path: P
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == [], diff
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0001"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
     assert store.ensure_admin_token(0.0) is not None
     assert store.ensure_admin_token(0.0) is None, "one admin token, made once"
 
@@ -123,3 +123,27 @@ def test_live_summary_metrics_follow_their_definitions(tmp_path: Path) -> None:
     assert got["backlogged_util"] == pytest.approx(14 / 16)
     assert got["gpu_util"] == pytest.approx(18 / 24)
     assert got["avg_wait_s"] is not None and got["p99_jct_s"] is not None
+
+
+def test_a_store_of_the_first_schema_is_upgraded_and_its_jobs_ask_for_whole_gpus(tmp_path: Path) -> None:
+    """Revision 0002 adds `jobs.gpu_milli`; jobs stored before it read as whole-GPU jobs (0)."""
+    from alembic import command
+    from alembic.config import Config
+
+    from trimtab.serve.store import MIGRATIONS_DIR, JobRow
+
+    store = Store(sqlite_url(tmp_path / "old.db"))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with store.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        connection.execute(text(
+            "INSERT INTO jobs (name, tenant, user, state, priority, priority_class, tasks, gpus_per_task, cpu_milli, "
+            "mem_mib, gpu_models, node_selector, command, env, max_retries, attempts, failures, preemptions, "
+            "submit_s, reason, cancel_requested) VALUES ('old', 'default', '', 'pending', 0, '', 1, 2, 0, 0, '[]', "
+            "'{}', '[\"true\"]', '{}', 0, 0, 0, 0, 1.0, '', 0)"))
+    store.upgrade()
+    with store.reader() as s:
+        [job] = s.query(JobRow).all()
+        assert (job.gpus_per_task, job.gpu_milli) == (2, 0)

@@ -90,3 +90,31 @@ def test_json_bodies_are_checked_field_by_field() -> None:
     with pytest.raises(SubmissionError) as err:
         parse_body(b"\xff\xfe", "application/json")
     assert err.value.status == 400
+
+
+@pytest.mark.parametrize(("body", "gpus", "gpu_milli", "field"), [
+    (b'{"command": ["true"], "gpu_milli": 500}', 0, 500, None),
+    (b'{"command": ["true"], "gpu_milli": 250, "gpus": 0}', 0, 250, None),
+    (b'{"command": ["true"], "gpu_milli": 500, "gpus": 1}', None, None, "gpu_milli"),
+    (b'{"command": ["true"], "gpu_milli": 1000}', None, None, "gpu_milli"),
+    (b'{"command": ["true"], "gpu_milli": -1}', None, None, "gpu_milli"),
+])
+def test_a_job_asks_for_whole_gpus_or_a_share_of_one(body: bytes, gpus: int | None, gpu_milli: int | None,
+                                                     field: str | None) -> None:
+    """`gpu_milli` (1..999) is a share of one GPU; `gpus` then defaults to 0, and both at once is an error."""
+    if field is None:
+        spec = parse_body(body, "application/json")
+        assert (spec.gpus, spec.gpu_milli, spec.total_gpu_milli) == (gpus, gpu_milli, gpu_milli)
+    else:
+        with pytest.raises(SubmissionError) as err:
+            parse_body(body, "application/json")
+        assert err.value.field == field
+
+
+def test_a_manifest_asks_for_a_share_with_an_annotation() -> None:
+    share = POD.replace('annotations: {trimtab.io/retries: "2"}', 'annotations: {trimtab.io/gpu-milli: "250"}')
+    spec = read_manifest(share.replace("nvidia.com/gpu: 2", "nvidia.com/gpu: 1"))
+    assert (spec.gpus, spec.gpu_milli) == (0, 250)
+    with pytest.raises(SubmissionError) as err:
+        read_manifest(share)  # a share of two GPUs
+    assert err.value.field == "metadata.annotations.trimtab.io/gpu-milli"

@@ -234,7 +234,8 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
 
     @app.get("/v1/nodes", tags=["cluster"])
     def nodes(who: Who) -> dict[str, Any]:
-        """Nodes and their GPUs; each GPU names the job holding it (hidden from other tenants)."""
+        """Nodes and their GPUs; each GPU names the jobs holding it and their shares in milli-GPU (other
+        tenants' jobs shown as -1)."""
         snap = daemon.snapshot()
         if not who.admin:
             with daemon.store.reader() as s:
@@ -244,6 +245,9 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
                 for dev in node["devices"]:
                     if dev["job_id"] is not None and dev["job_id"] not in mine:
                         dev["job_id"] = -1
+                    for holder in dev["jobs"]:
+                        if holder["job_id"] not in mine:
+                            holder["job_id"] = -1
         return {"nodes": snap["nodes"], "gpus_total": snap["gpus_total"], "gpus_allocated": snap["gpus_allocated"],
                 "policy": snap["policy"], "inventory": snap["inventory"], "executor": snap["executor"]}
 

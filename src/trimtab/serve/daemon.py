@@ -20,7 +20,7 @@ import numpy as np
 from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
-from trimtab.cluster import Allocation, ClusterState
+from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
 from trimtab.framework import Profile, Registry, RunningJob
 from trimtab.model import Job, JobState, Resources
 from trimtab.plugins import default_registry
@@ -84,11 +84,14 @@ class ServeError(Exception):
 
 @dataclass(eq=False, slots=True)
 class _Run:
+    """One task that holds `milli` of each of its GPUs (GPU_MILLI: whole GPUs; less: a share of its one GPU)."""
+
     run_id: str
     attempt: _Attempt
     rank: int
     node: str
     gpu_ids: tuple[str, ...]
+    milli: int = GPU_MILLI
     row_id: int = 0
 
 
@@ -114,7 +117,12 @@ class Daemon:
 
     `step()` is one turn of the loop: collect task exits, launch attempts whose GPUs are free, run a scheduling
     cycle, apply its preemptions and starts. `start()` runs `step()` every `tick_s` on a thread; tests may call
-    `step()` themselves with a fake executor and a fake clock."""
+    `step()` themselves with a fake executor and a fake clock.
+
+    Two books of GPUs: the scheduler's ClusterState (what the current attempts hold, by GPU index, shares in
+    milli-GPU) decides placement, and `held_milli` (what live processes hold, by device id, tasks of stopped
+    attempts still draining included) decides when an attempt may launch: on exactly the GPUs the scheduler
+    chose (`Allocation.gpu_idx`), once each has room for its share."""
 
     def __init__(self, store: Store, inventory: Inventory, executor: Executor, profile: Profile | str,
                  data_dir: Path, *, clock: Callable[[], float] = time.time, grace_s: float = 10.0,
@@ -135,7 +143,12 @@ class Daemon:
         base = profile if isinstance(profile, Profile) else Profile.load(profile)
         self.profile = base.model_copy(update={"admit": ["tenant-quota", *base.admit]})
         self.scheduler = Scheduler(self.cluster, self.profile, registry)
-        self.free_devices: dict[str, list[str]] = {n: [d.id for d in devs] for n, devs in inventory.devices.items()}
+        # device i of a node is the scheduler's GPU index i on it
+        self.device_ids: dict[str, tuple[str, ...]] = {n: tuple(d.id for d in devs)
+                                                       for n, devs in inventory.devices.items()}
+        self.device_index: dict[str, dict[str, int]] = {n: {d: i for i, d in enumerate(ids)}
+                                                        for n, ids in self.device_ids.items()}
+        self.held_milli: dict[str, dict[str, int]] = {n: dict.fromkeys(ids, 0) for n, ids in self.device_ids.items()}
         self.attempts: dict[int, _Attempt] = {}  # the current attempt of each job the scheduler counts running
         self.runs: dict[str, _Run] = {}  # every task that may still hold its GPUs, current attempt or not
         self.waiting_launch: list[_Attempt] = []  # started by the scheduler, waiting for GPUs still draining
@@ -224,9 +237,15 @@ class Daemon:
         """Re-adopt the current attempt of a running job. False if it never fully started (the job is queued
         again; tasks that did start are stopped)."""
         index = self.cluster.index
+        runs = sorted(runs, key=lambda r: (index[r.node], r.rank))  # the order of Allocation.gpu_idx
         per_node = Counter(r.node for r in runs)
         nodes = sorted(per_node, key=lambda n: index[n])
-        alloc = Allocation(np.array([index[n] for n in nodes]), np.array([per_node[n] for n in nodes]), job.task)
+        # the GPUs the tasks really hold, so the scheduler's book matches the processes (and checks that no GPU
+        # is over 1000 milli)
+        gpu_idx = np.array([self._gpu_index(r.node, g) for r in runs for g in r.gpu_ids], dtype=np.int64) \
+            if job.task.wants_gpu else None
+        alloc = Allocation(np.array([index[n] for n in nodes]), np.array([per_node[n] for n in nodes]), job.task,
+                           gpu_idx)
         att = _Attempt(row.id, row.attempts, alloc, launched=True)
         adopted: list[tuple[_Run, Adoption]] = []
         for run in runs:
@@ -234,7 +253,7 @@ class Daemon:
                 att.codes[run.rank] = run.exit_code
                 continue
             live = _Run(run_id_of(row.id, run.attempt, run.rank), att, run.rank, run.node, tuple(run.gpu_ids),
-                        run.id)
+                        _milli_of(row), run.id)
             how = self.executor.adopt(self._launch_of(row, live, run.log_path), run.handle)
             adopted.append((live, how))
         never = [live for live, how in adopted if how is Adoption.NEVER_STARTED]
@@ -270,7 +289,8 @@ class Daemon:
         empty = np.array([], dtype=np.int64)
         att = _Attempt(row.id, run.attempt, Allocation(empty, empty, Resources()), launched=True,
                        stop_reason="preempted")
-        live = _Run(run_id_of(row.id, run.attempt, run.rank), att, run.rank, run.node, tuple(run.gpu_ids), run.id)
+        live = _Run(run_id_of(row.id, run.attempt, run.rank), att, run.rank, run.node, tuple(run.gpu_ids),
+                    _milli_of(row), run.id)
         how = self.executor.adopt(self._launch_of(row, live, run.log_path), run.handle)
         if how is Adoption.NEVER_STARTED:
             self._never_started.append(live)
@@ -301,9 +321,9 @@ class Daemon:
             raise ServeError(422, problem, "command")
         self._check_fits(spec)
         quota = self.quotas.get(tenant)
-        if quota is not None and spec.total_gpus > quota:
-            raise ServeError(403, f"the job asks for {spec.total_gpus} GPUs; tenant {tenant}'s quota is {quota}",
-                             "gpus")
+        if quota is not None and spec.total_gpu_milli > quota * GPU_MILLI:
+            raise ServeError(403, f"the job asks for {_gpus_text(spec.total_gpu_milli)} GPUs; tenant {tenant}'s "
+                             f"quota is {quota}", "gpu_milli" if spec.gpu_milli else "gpus")
         now = self.clock()
         # The commit happens outside the daemon's lock (the loop and other requests go on meanwhile); the job is
         # handed to the scheduler only once it is durable. Its id is not yet known to anyone who could cancel it.
@@ -316,6 +336,7 @@ class Daemon:
                         return found, False
                 row = JobRow(name=spec.name, tenant=tenant, user="", state="pending", priority=spec.priority,
                              priority_class=spec.priority_class or "", tasks=spec.tasks, gpus_per_task=spec.gpus,
+                             gpu_milli=spec.gpu_milli,
                              cpu_milli=spec.cpu_milli, mem_mib=spec.mem_mib, gpu_models=list(spec.gpu_models),
                              node_selector=dict(spec.node_selector), command=list(command), env=dict(spec.env),
                              workdir=spec.workdir, max_retries=spec.retries, submit_s=now,
@@ -352,12 +373,15 @@ class Daemon:
     def _check_fits(self, spec: JobSpec) -> None:
         nodes = self.cluster.nodes
         total = self.cluster.total_gpus
-        if spec.total_gpus > total:
-            raise ServeError(422, f"the job asks for {spec.total_gpus} GPUs ({spec.tasks} x {spec.gpus}); this "
-                             f"server has {total}", "gpus")
+        if spec.total_gpu_milli > total * GPU_MILLI:
+            per_task = _gpus_text(spec.gpu_milli) if spec.gpu_milli else str(spec.gpus)
+            raise ServeError(422, f"the job asks for {_gpus_text(spec.total_gpu_milli)} GPUs ({spec.tasks} x "
+                             f"{per_task}); this server has {total}", "gpu_milli" if spec.gpu_milli else "gpus")
         if spec.gpus and spec.gpus > max(n.capacity.gpus for n in nodes):
             raise ServeError(422, f"a task asks for {spec.gpus} GPUs; the largest node has "
                              f"{max(n.capacity.gpus for n in nodes)}", "gpus")
+        if spec.gpu_milli and total == 0:
+            raise ServeError(422, "the job asks for a share of a GPU; this server has none", "gpu_milli")
         if spec.gpu_models and not set(spec.gpu_models) & {n.gpu_model for n in nodes}:
             raise ServeError(422, f"no node has a GPU model in {spec.gpu_models}", "gpu_models")
 
@@ -469,7 +493,7 @@ class Daemon:
                 run = self.runs.pop(ex.run_id, None)
                 if run is None:
                     continue
-                self.free_devices[run.node].extend(run.gpu_ids)
+                self._release(run)
                 att = run.attempt
                 att.live.pop(run.run_id, None)
                 att.codes[run.rank] = ex.exit_code
@@ -584,33 +608,58 @@ class Daemon:
                 s.execute(update(RunRow).where(RunRow.id == run_row.id).values(state="running", handle=handle))
 
     def _assign(self, att: _Attempt) -> list[_Run] | None:
-        """Concrete GPUs for every task of an attempt, held from now on, or None if some are still held by
-        draining tasks."""
-        gpus_per_task = att.alloc.task.gpus
-        names = [self.cluster.nodes[int(i)].name for i in att.alloc.nodes]
-        for name, count in zip(names, att.alloc.counts, strict=True):
-            if len(self.free_devices[name]) < int(count) * gpus_per_task:
-                return None
+        """The tasks of an attempt on the GPUs the scheduler chose for them (`alloc.gpu_idx`), held from now on,
+        or None while some of those GPUs lack room for their share because tasks of a stopped attempt still hold
+        them (draining)."""
+        alloc = att.alloc
+        task = alloc.task
+        per_task = (task.gpus or 1) if task.wants_gpu else 0
+        milli = GPU_MILLI if task.gpus or task.mig else task.gpu_milli
+        if per_task and alloc.gpu_idx is None:
+            raise RuntimeError(f"job {att.job_id} was started without a GPU choice in its allocation")
+        names = [self.cluster.nodes[int(i)].name for i in alloc.nodes]
+        planned: list[tuple[str, tuple[str, ...]]] = []
+        pos = 0
+        for name, count in zip(names, alloc.counts.tolist(), strict=True):
+            ids = self.device_ids[name]
+            for _ in range(count):
+                chosen = alloc.gpu_idx[pos:pos + per_task].tolist() if per_task else []  # type: ignore[index]
+                pos += per_task
+                planned.append((name, tuple(ids[g] for g in chosen)))
+        wanted = Counter((name, gpu) for name, gpus in planned for gpu in gpus)
+        if any(self.held_milli[name][gpu] + milli * times > GPU_MILLI for (name, gpu), times in wanted.items()):
+            return None
         runs: list[_Run] = []
-        rank = 0
-        for name, count in zip(names, att.alloc.counts, strict=True):
-            free = self.free_devices[name]
-            free.sort(key=_device_order)
-            for _ in range(int(count)):
-                run = _Run(run_id_of(att.job_id, att.number, rank), att, rank, name, tuple(free[:gpus_per_task]))
-                self._hold(run)
-                runs.append(run)
-                rank += 1
+        for rank, (name, gpus) in enumerate(planned):
+            run = _Run(run_id_of(att.job_id, att.number, rank), att, rank, name, gpus, milli)
+            self._hold(run)
+            runs.append(run)
         return runs
 
     def _hold(self, run: _Run) -> None:
-        free = self.free_devices[run.node]
+        """Book the run's share of its GPUs; no GPU is ever booked beyond 1000 milli."""
+        held = self.held_milli[run.node]
         for gpu in run.gpu_ids:
-            if gpu not in free:
-                raise RuntimeError(f"GPU {gpu} of node {run.node} is already held; refusing to give it twice")
-            free.remove(gpu)
+            if gpu not in held:
+                raise RuntimeError(f"node {run.node} has no GPU {gpu}")
+            if held[gpu] + run.milli > GPU_MILLI:
+                raise RuntimeError(f"GPU {gpu} of node {run.node} holds {held[gpu]} milli; refusing to add "
+                                   f"{run.milli} more")
+        for gpu in run.gpu_ids:
+            held[gpu] += run.milli
         self.runs[run.run_id] = run
         run.attempt.live[run.run_id] = run
+
+    def _release(self, run: _Run) -> None:
+        held = self.held_milli[run.node]
+        for gpu in run.gpu_ids:
+            held[gpu] -= run.milli
+
+    def _gpu_index(self, node: str, gpu: str) -> int:
+        index = self.device_index[node].get(gpu)
+        if index is None:
+            raise RuntimeError(f"the store records GPU {gpu} on node {node}, which this server does not have")
+        return index
 
     def _launch_of(self, row: JobRow, run: _Run, log_path: str) -> TaskLaunch:
         att = run.attempt
@@ -630,8 +679,22 @@ class Daemon:
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(att.master_port or _set_master_port(att)),
         }
+        share = run.milli if run.milli < GPU_MILLI and run.gpu_ids else 0
+        if share:
+            env.update(self._share_env(run.node, run.gpu_ids[0], share))
         return TaskLaunch(run.run_id, row.id, att.number, run.rank, run.node, run.gpu_ids, tuple(row.command),
-                          env, row.workdir, Path(log_path), self.data_dir / "runs" / run.run_id)
+                          env, row.workdir, Path(log_path), self.data_dir / "runs" / run.run_id, share)
+
+    def _share_env(self, node: str, gpu: str, milli: int) -> dict[str, str]:
+        """MPS limits of a task holding `milli` of one GPU: its share of the GPU's threads, as a whole percent
+        (rounded down, at least 1), and of its memory (left out when the GPU's memory is unknown). The task sees
+        one GPU, which CUDA numbers 0 inside it: MPS reads the device in CUDA_MPS_PINNED_DEVICE_MEM_LIMIT
+        ("<device>=<limit>[,...]") as the client's device ordinal."""
+        env = {"TRIMTAB_GPU_MILLI": str(milli), "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": str(max(1, milli // 10))}
+        memory_mib = self.inventory.devices[node][self.device_index[node][gpu]].memory_mib
+        if memory_mib:
+            env["CUDA_MPS_PINNED_DEVICE_MEM_LIMIT"] = f"0={memory_mib * milli // GPU_MILLI}M"
+        return env
 
     def _log_path(self, job_id: int, attempt: int, rank: int) -> Path:
         return self.data_dir / "logs" / str(job_id) / f"attempt-{attempt}.rank-{rank}.log"
@@ -648,10 +711,11 @@ class Daemon:
     def snapshot(self) -> dict[str, Any]:
         """Queues, nodes and the GPU map as plain data (for the API, the dashboard and /metrics)."""
         with self.lock:
-            holders: dict[tuple[str, str], int] = {}
+            holders: dict[tuple[str, str], list[dict[str, int]]] = {}
             for run in self.runs.values():
                 for gpu in run.gpu_ids:
-                    holders[(run.node, gpu)] = run.attempt.job_id
+                    holders.setdefault((run.node, gpu), []).append({"job_id": run.attempt.job_id,
+                                                                    "milli": run.milli})
             nodes = []
             for i, node in enumerate(self.cluster.nodes):
                 devices = self.inventory.devices[node.name]
@@ -659,8 +723,7 @@ class Daemon:
                     "name": node.name, "gpu_model": node.gpu_model, "gpus": int(self.cluster.cap_gpus[i]),
                     "gpus_allocated": int(self.cluster.cap_gpus[i] - self.cluster.free_gpus[i]),
                     "healthy": bool(self.cluster.healthy[i]),
-                    "devices": [{"id": d.id, "model": d.model, "memory_mib": d.memory_mib,
-                                 "job_id": holders.get((node.name, d.id))} for d in devices],
+                    "devices": [_device_json(d, holders.get((node.name, d.id), [])) for d in devices],
                 })
             queues: dict[str, dict[str, Any]] = {}
 
@@ -673,7 +736,7 @@ class Daemon:
             for run in self.scheduler.running.values():
                 q = queue(run.job.tenant)
                 q["running"] += 1
-                q["gpus_held"] += run.alloc.gpus
+                q["gpus_held"] += run.alloc.gpu_milli / GPU_MILLI
             for tenant in self.quotas:
                 queue(tenant)
             return {"nodes": nodes, "queues": sorted(queues.values(), key=lambda q: q["tenant"]),
@@ -685,16 +748,30 @@ class Daemon:
 def job_of(row: JobRow) -> Job:
     """The scheduler's view of a stored job."""
     return Job(id=str(row.id), submit_s=row.submit_s, tasks=row.tasks,
-               task=Resources(row.gpus_per_task, row.cpu_milli, row.mem_mib), tenant=row.tenant,
-               priority=row.priority, gpu_models=tuple(row.gpu_models), node_selector=dict(row.node_selector))
+               task=Resources(row.gpus_per_task, row.cpu_milli, row.mem_mib, gpu_milli=row.gpu_milli),
+               tenant=row.tenant, priority=row.priority, gpu_models=tuple(row.gpu_models),
+               node_selector=dict(row.node_selector))
+
+
+def _milli_of(row: JobRow) -> int:
+    """What each task of the job holds of each of its GPUs."""
+    return row.gpu_milli or GPU_MILLI
+
+
+def _gpus_text(milli: int) -> str:
+    return f"{milli // GPU_MILLI}" if milli % GPU_MILLI == 0 else f"{milli / GPU_MILLI:g}"
+
+
+def _device_json(device: Any, holders: list[dict[str, int]]) -> dict[str, Any]:
+    """A GPU for the API: `jobs` every job holding it with its share (one whole-GPU job, or shares), `job_id` the
+    first of them (None: idle), `milli_allocated` their sum."""
+    return {"id": device.id, "model": device.model, "memory_mib": device.memory_mib,
+            "job_id": holders[0]["job_id"] if holders else None, "jobs": holders,
+            "milli_allocated": sum(h["milli"] for h in holders)}
 
 
 def run_id_of(job_id: int, attempt: int, rank: int) -> str:
     return f"{job_id}.{attempt}.{rank}"
-
-
-def _device_order(device_id: str) -> tuple[int, str]:
-    return (int(device_id), "") if device_id.isdigit() else (1 << 30, device_id)
 
 
 def _set_master_port(att: _Attempt) -> int:

@@ -57,6 +57,10 @@ function rows(id, list, cells) {
   document.querySelector("#" + id + " tbody").innerHTML =
     list.map(x => "<tr>" + cells(x).map(c => "<td>" + text(c) + "</td>").join("") + "</tr>").join("");
 }
+function holders(d) {  // "job 7" for a whole GPU; "job 7 50%, job 8 50%" for shares
+  return d.jobs.map(h => (h.job_id >= 0 ? "job " + h.job_id : "in use") +
+    (h.milli < 1000 ? " " + h.milli / 10 + "%" : "")).join(", ");
+}
 function dur(s) { s = Math.max(0, Math.round(s)); return s < 120 ? s + " s" : Math.round(s / 60) + " min"; }
 function chart(stats) {
   const svg = document.getElementById("chart"), W = 600, H = 120, t0 = stats.since_s, span = Date.now() / 1000 - t0;
@@ -80,13 +84,14 @@ async function refresh() {
       " GPUs allocated - policy " + n.policy + " - " + n.inventory;
     rows("queues", q.queues, x => [x.tenant, x.pending, x.running, x.gpus_held, x.quota_gpus ?? "-"]);
     const now = Date.now() / 1000;
-    rows("running", r.jobs, j => [j.id, j.name, j.tenant, j.gpus, j.attempts, dur(now - (j.runs.length ?
+    rows("running", r.jobs, j => [j.id, j.name, j.tenant, j.gpu_milli ? j.tasks * j.gpu_milli / 1000 : j.gpus,
+      j.attempts, dur(now - (j.runs.length ?
       j.runs[j.runs.length - 1].start_s : j.submit_s))]);
     document.getElementById("gpumap").innerHTML = n.nodes.map(node => '<div class="node"><b>' + text(node.name) +
       "</b> " + text(node.gpu_model || "") + '<div class="gpus">' + node.devices.map(d => d.job_id === null ?
       '<div class="gpu free" title="free">' + text(d.id) + "<span>free</span></div>" :
-      '<div class="gpu busy" style="background:' + colour(d.job_id) + '" title="job ' + d.job_id + '">' +
-      text(d.id) + "<span>" + (d.job_id >= 0 ? "job " + d.job_id : "in use") + "</span></div>").join("") +
+      '<div class="gpu busy" style="background:' + colour(d.job_id) + '" title="' + holders(d) + '">' +
+      text(d.id) + "<span>" + holders(d) + "</span></div>").join("") +
       "</div></div>").join("");
     chart(st);
   } catch (e) {

@@ -6,6 +6,7 @@ Owns `Inventory`: the scheduler's Nodes plus, per node, the device ids that CUDA
 from __future__ import annotations
 
 import os
+import re
 import socket
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +16,8 @@ from trimtab.model import Node, Resources
 
 @dataclass(frozen=True, slots=True)
 class Device:
-    """One schedulable GPU: a whole GPU (id = its index) or a MIG instance (id = its MIG UUID)."""
+    """One schedulable GPU: a whole GPU (id = its index) or a MIG instance (id = its MIG UUID). `memory_mib` 0:
+    unknown (a virtual GPU whose model name does not state it)."""
 
     id: str
     model: str
@@ -50,22 +52,37 @@ def _host_resources(gpus: int) -> Resources:
     return Resources(gpus=gpus, cpu_milli=cpus * 1000, mem_mib=int(mem_mib))
 
 
+_MODEL_MEMORY = re.compile(r"(\d+)\s*gi?b", re.IGNORECASE)
+
+
+def model_memory_mib(model: str) -> int:
+    """The memory a GPU model's name states ("A100-80GB", "h100-80gb": 80 GiB), or 0 when it states none. Used
+    for virtual GPUs only; NVML reports the real amount."""
+    match = _MODEL_MEMORY.search(model)
+    return int(match.group(1)) * 1024 if match else 0
+
+
+def _virtual_devices(count: int, model: str) -> tuple[Device, ...]:
+    return tuple(Device(str(i), model, model_memory_mib(model)) for i in range(count))
+
+
 def virtual(gpus: int, model: str = "") -> Inventory:
     """`gpus` virtual GPUs on one node named after this host (ids 0..gpus-1)."""
     if gpus < 0:
         raise ValueError(f"--gpus must be >= 0, got {gpus}")
     name = socket.gethostname() or "local"
     node = Node(name, _host_resources(gpus), gpu_model=model)
-    return Inventory((node,), {name: tuple(Device(str(i), model, 0) for i in range(gpus))}, "virtual")
+    return Inventory((node,), {name: _virtual_devices(gpus, model)}, "virtual")
 
 
 def from_cluster_file(spec: str) -> Inventory:
     """The nodes of a cluster spec (shape or file, as `trimtab simulate --cluster` reads it) as virtual GPUs:
-    every task still runs on this machine; the nodes only shape placement."""
+    every task still runs on this machine; the nodes only shape placement. A GPU's memory is what its model name
+    states, if it does (`1x1:h100-80gb`)."""
     from trimtab.spec.cluster import load_cluster
 
     nodes = load_cluster(spec)
-    devices = {n.name: tuple(Device(str(i), n.gpu_model, 0) for i in range(n.capacity.gpus)) for n in nodes}
+    devices = {n.name: _virtual_devices(n.capacity.gpus, n.gpu_model) for n in nodes}
     return Inventory(tuple(nodes), devices, f"cluster {spec}")
 
 

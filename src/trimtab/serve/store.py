@@ -36,8 +36,9 @@ class Base(DeclarativeBase):
 
 
 class JobRow(Base):
-    """One accepted job (a gang of `tasks` identical tasks). `attempts` counts started attempts; `failures` the
-    failed ones (held against `max_retries`). Times are Unix epoch seconds."""
+    """One accepted job (a gang of `tasks` identical tasks, each with `gpus_per_task` whole GPUs or a `gpu_milli`
+    share of one GPU). `attempts` counts started attempts; `failures` the failed ones (held against
+    `max_retries`). Times are Unix epoch seconds."""
 
     __tablename__ = "jobs"
     __table_args__ = (UniqueConstraint("tenant", "idempotency_key", name="uq_jobs_tenant_key"),)
@@ -51,6 +52,7 @@ class JobRow(Base):
     priority_class: Mapped[str] = mapped_column(String(100), default="")
     tasks: Mapped[int] = mapped_column(Integer)
     gpus_per_task: Mapped[int] = mapped_column(Integer)
+    gpu_milli: Mapped[int] = mapped_column(Integer, default=0)  # a share of one GPU per task; 0: whole GPUs
     cpu_milli: Mapped[int] = mapped_column(Integer, default=0)
     mem_mib: Mapped[int] = mapped_column(Integer, default=0)
     gpu_models: Mapped[list[str]] = mapped_column(JSON, default=list)
@@ -74,10 +76,16 @@ class JobRow(Base):
     def gpus(self) -> int:
         return self.tasks * self.gpus_per_task
 
+    @property
+    def gpu_milli_total(self) -> int:
+        """GPU thousandths of the gang: 1000 per whole GPU plus the shares."""
+        return self.tasks * (self.gpus_per_task * 1000 + self.gpu_milli)
+
 
 class RunRow(Base):
     """One task of one attempt. `state`: launching (row written, process maybe not yet), running (the executor's
-    `handle` is recorded), exited. A row not yet exited holds its `gpu_ids` on `node`."""
+    `handle` is recorded), exited. A row not yet exited holds its `gpu_ids` on `node` (wholly, or its job's
+    `gpu_milli` share of the one GPU listed)."""
 
     __tablename__ = "runs"
     __table_args__ = (UniqueConstraint("job_id", "attempt", "rank", name="uq_runs_job_attempt_rank"),)

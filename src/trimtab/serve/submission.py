@@ -11,7 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+from trimtab.cluster import GPU_MILLI
 
 MAX_TASKS = 1024
 MAX_GPUS_PER_TASK = 64
@@ -33,14 +35,17 @@ class SubmissionError(ValueError):
 
 
 class JobSpec(BaseModel):
-    """A job as the API takes it in JSON. A gang of `tasks` identical tasks, each with `gpus` whole GPUs; the job
-    runs `command` (argv, no shell) in every task. `retries`: failed attempts allowed before the job fails."""
+    """A job as the API takes it in JSON. A gang of `tasks` identical tasks, each with `gpus` whole GPUs or a
+    `gpu_milli` share (1..999 thousandths) of one GPU, shared with other tasks under MPS; the job runs `command`
+    (argv, no shell) in every task. `retries`: failed attempts allowed before the job fails."""
 
     model_config = ConfigDict(extra="forbid", str_max_length=10_000)
 
     name: str = Field("", max_length=100, description="a label; letters, digits, '.', '_' and '-'")
     command: list[str] = Field(min_length=1, max_length=1000, description="argv of every task")
-    gpus: int = Field(1, ge=0, le=MAX_GPUS_PER_TASK, description="whole GPUs per task")
+    gpus: int = Field(1, ge=0, le=MAX_GPUS_PER_TASK, description="whole GPUs per task (0 with gpu_milli)")
+    gpu_milli: int = Field(0, ge=0, le=GPU_MILLI - 1, description="a share of one GPU per task, in thousandths "
+                           "(500: half a GPU), run under MPS; gpus is then 0 or left out")
     tasks: int = Field(1, ge=1, le=MAX_TASKS, description="tasks in the gang, all started together")
     cpu_milli: int = Field(0, ge=0, le=10_000_000)
     mem_mib: int = Field(0, ge=0, le=1 << 30)
@@ -53,6 +58,20 @@ class JobSpec(BaseModel):
     retries: int = Field(0, ge=0, le=100)
     idempotency_key: str | None = Field(None, max_length=200, description="resubmitting the same key returns the "
                                         "job already accepted instead of a new one")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _share_means_no_whole_gpus(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("gpu_milli") and "gpus" not in data:
+            return {**data, "gpus": 0}  # `gpus` defaults to 1: a share leaves it out
+        return data
+
+    @field_validator("gpu_milli")
+    @classmethod
+    def _one_kind_of_gpu(cls, value: int, info: ValidationInfo) -> int:
+        if value and info.data.get("gpus"):
+            raise ValueError("ask for whole GPUs (gpus) or a share of one GPU (gpu_milli), not both")
+        return value
 
     @field_validator("name")
     @classmethod
@@ -100,7 +119,13 @@ class JobSpec(BaseModel):
 
     @property
     def total_gpus(self) -> int:
+        """Whole GPUs of the gang (0 for shares)."""
         return self.gpus * self.tasks
+
+    @property
+    def total_gpu_milli(self) -> int:
+        """GPU thousandths of the gang: 1000 per whole GPU plus the shares."""
+        return (self.gpus * GPU_MILLI + self.gpu_milli) * self.tasks
 
 
 def parse_body(body: bytes, content_type: str) -> JobSpec:
@@ -157,7 +182,8 @@ def read_manifest(text: str) -> JobSpec:
     """A JobSpec from one YAML document: a `v1` Pod (one task) or a `batch/v1` Job (`parallelism` tasks started
     as a gang, `backoffLimit` retries). The namespace is the tenant. The container's `command` + `args` are the
     command (the image is not used: tasks run on this machine). GPUs come from `nvidia.com/gpu` in limits or
-    requests; cpu and memory use Kubernetes quantities. Fields this reader does not know are errors.
+    requests; cpu and memory use Kubernetes quantities. The annotation `trimtab.io/gpu-milli` asks for a share of
+    one GPU instead (`nvidia.com/gpu` then absent, 0 or 1). Fields this reader does not know are errors.
 
     This is the function boundary where the Kubernetes reader of spec.k8s plugs in once it exists."""
     try:
@@ -227,8 +253,16 @@ def read_manifest(text: str) -> JobSpec:
     annotations = _mapping(pod_meta.get("annotations", {}) or {}, "metadata.annotations")
     if "trimtab.io/retries" in annotations:
         retries = _int(annotations["trimtab.io/retries"], "metadata.annotations.trimtab.io/retries", 0, 100)
+    gpu_milli = 0
+    if "trimtab.io/gpu-milli" in annotations:
+        where_milli = "metadata.annotations.trimtab.io/gpu-milli"
+        gpu_milli = _int(annotations["trimtab.io/gpu-milli"], where_milli, 1, GPU_MILLI - 1)
+        if gpus > 1:
+            raise SubmissionError(f"a share is of one GPU; {rwhere}.nvidia.com/gpu must be 0 or 1, got {gpus}",
+                                  where_milli)
+        gpus = 0
     data: dict[str, Any] = {
-        "name": pod_meta.get("name", ""), "command": command, "gpus": gpus, "tasks": tasks,
+        "name": pod_meta.get("name", ""), "command": command, "gpus": gpus, "gpu_milli": gpu_milli, "tasks": tasks,
         "cpu_milli": _cpu_milli(wanted["cpu"], f"{rwhere}.cpu") if "cpu" in wanted else 0,
         "mem_mib": _mem_mib(wanted["memory"], f"{rwhere}.memory") if "memory" in wanted else 0,
         "node_selector": {str(k): str(v) for k, v in _mapping(pod_spec.get("nodeSelector", {}) or {},

@@ -17,7 +17,7 @@ def job_json(row: JobRow, runs: list[RunRow] | None) -> dict[str, Any]:
     return {
         "id": row.id, "name": row.name, "tenant": row.tenant, "state": row.state,
         "priority_class": row.priority_class or "normal", "priority": row.priority,
-        "tasks": row.tasks, "gpus_per_task": row.gpus_per_task, "gpus": row.gpus,
+        "tasks": row.tasks, "gpus_per_task": row.gpus_per_task, "gpus": row.gpus, "gpu_milli": row.gpu_milli,
         "cpu_milli": row.cpu_milli, "mem_mib": row.mem_mib, "gpu_models": row.gpu_models,
         "node_selector": row.node_selector, "command": row.command, "workdir": row.workdir,
         "retries": row.max_retries, "attempts": row.attempts, "failures": row.failures,
@@ -64,8 +64,9 @@ def stats(s: Session, since_s: float, bucket_s: float) -> dict[str, Any]:
 def summary(s: Session, now_s: float, window_s: float = 3600.0) -> dict[str, float | int | None]:
     """The DESIGN.md summary metrics that a live store can answer, over every job it holds. The windowed ones
     (`throughput_cv`, `goodput_cv`) use the whole windows of `window_s` from the first submission to `now_s`;
-    goodput counts the GPU-seconds of attempts that completed (progress of failed or preempted attempts is lost);
-    `backlogged_util` averages the allocation samples taken while some job was pending."""
+    goodput counts the GPU-seconds of attempts that completed, a share as its fraction of a GPU (progress of
+    failed or preempted attempts is lost); `backlogged_util` averages the allocation samples taken while some job
+    was pending."""
     counts = {state: n for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))}
     done = np.array(s.execute(select(JobRow.submit_s, JobRow.first_start_s, JobRow.end_s)
                               .where(JobRow.state == "completed")).all(), dtype=float).reshape(-1, 3)
@@ -81,12 +82,12 @@ def summary(s: Session, now_s: float, window_s: float = 3600.0) -> dict[str, flo
     if windows >= 2:
         edges = first_submit + window_s * np.arange(windows + 1)
         throughput_cv = _cv(np.histogram(done[:, 2], bins=edges)[0].astype(float))
-        good = s.execute(select(RunRow.start_s, RunRow.end_s, RunRow.gpu_ids)
-                         .where(RunRow.outcome == "completed")).all()
+        good = s.execute(select(RunRow.start_s, RunRow.end_s, RunRow.gpu_ids, JobRow.gpu_milli)
+                         .join(JobRow, JobRow.id == RunRow.job_id).where(RunRow.outcome == "completed")).all()
         gpu_s = np.zeros(windows)
-        for start, end, gpu_ids in good:
+        for start, end, gpu_ids, share_milli in good:
             overlap = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0, None)
-            gpu_s += overlap * len(gpu_ids)
+            gpu_s += overlap * (share_milli / 1000 if share_milli else len(gpu_ids))
         goodput_cv = _cv(gpu_s)
     backlogged = samples[samples[:, 2] > 0] if samples.size else samples
     jct = done[:, 2] - done[:, 0]

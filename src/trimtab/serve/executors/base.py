@@ -18,8 +18,10 @@ class TaskLaunch:
     the executor tags what it starts with it so the task can be found again after a daemon crash.
 
     `node` and `gpu_ids` are the scheduler's choice (the executor must honour them, not choose); `gpu_ids` are
-    what CUDA_VISIBLE_DEVICES lists (indices, or MIG UUIDs). `env` already holds the rank variables and the
-    TRIMTAB_* variables; `run_dir` is a private folder for the executor's own bookkeeping of this task."""
+    what CUDA_VISIBLE_DEVICES lists (indices, or MIG UUIDs). `gpu_milli` > 0: the task holds that share (1..999
+    thousandths) of its one GPU, which other tasks share; 0: its GPUs are wholly its own. `env` already holds the
+    rank variables, the TRIMTAB_* variables and, for a share, the MPS limits; `run_dir` is a private folder for
+    the executor's own bookkeeping of this task."""
 
     run_id: str
     job_id: int
@@ -32,6 +34,7 @@ class TaskLaunch:
     workdir: str | None
     log_path: Path
     run_dir: Path
+    gpu_milli: int = 0
 
 
 @dataclass(frozen=True, slots=True)

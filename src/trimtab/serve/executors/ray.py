@@ -190,8 +190,9 @@ class _Tracked:
 
 class RayExecutor(Executor):
     """Runs each task as a detached actor named after its run id, pinned to `task.node` with a hard node affinity
-    and holding `len(task.gpu_ids)` of that node's Ray GPUs; the actor starts the command with the task's
-    environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR set to the address of rank 0's node).
+    and holding `len(task.gpu_ids)` of that node's Ray GPUs (its fraction of one, for a share); the actor starts
+    the command with the task's environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR set to the
+    address of rank 0's node).
 
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
@@ -265,7 +266,8 @@ class RayExecutor(Executor):
         with contextlib.suppress(ValueError):  # a leftover actor of the same name (a launch cut by a crash)
             self._ray.kill(self._ray.get_actor(name, namespace=NAMESPACE))
         actor = self._actor_cls.options(
-            name=name, namespace=NAMESPACE, lifetime="detached", num_gpus=len(task.gpu_ids),
+            name=name, namespace=NAMESPACE, lifetime="detached",
+            num_gpus=task.gpu_milli / 1000 if task.gpu_milli else len(task.gpu_ids),
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
         ).remote(task.run_id, self._log_dir)
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
