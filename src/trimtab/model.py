@@ -102,6 +102,80 @@ class Node:
             raise ValueError("Node.name must not be empty")
 
 
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True, slots=True)
+class LabelSelector:
+    """A Kubernetes label selector: every `match_labels` pair and every expression (key, operator, values) must
+    hold; an empty selector matches everything. Operators In, NotIn, Exists, DoesNotExist; NotIn and DoesNotExist
+    hold where the label is absent, as in Kubernetes."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+
+    def __post_init__(self) -> None:
+        for key, op, values in self.match_expressions:
+            if op not in _SELECTOR_OPERATORS:
+                raise ValueError(f"LabelSelector: operator of {key!r} must be one of {', '.join(_SELECTOR_OPERATORS)}"
+                                 f", got {op!r}")
+            if (op in ("In", "NotIn")) != bool(values):
+                raise ValueError(f"LabelSelector: operator {op} of {key!r} "
+                                 + ("needs values" if op in ("In", "NotIn") else "takes no values"))
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        for key, op, values in self.match_expressions:
+            value = labels.get(key)
+            if op == "In":
+                if value not in values:
+                    return False
+            elif op == "NotIn":
+                if value in values:
+                    return False
+            elif (value is not None) != (op == "Exists"):
+                return False
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinityTerm:
+    """The pods a job's pods want near (affinity) or away from (anti-affinity): those whose labels `selector`
+    matches (None matches no pod) in `namespaces` (None: the namespace, i.e. tenant, of the job stating the term;
+    `all_namespaces`: any). Near means on nodes with the same value of the node label `topology_key`. `weight`
+    (1..100) ranks a preferred term; a required term has weight 0."""
+
+    selector: LabelSelector | None
+    topology_key: str
+    namespaces: tuple[str, ...] | None = None
+    all_namespaces: bool = False
+    weight: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.topology_key:
+            raise ValueError("PodAffinityTerm.topology_key must not be empty")
+        if not 0 <= self.weight <= 100:
+            raise ValueError(f"PodAffinityTerm.weight must be in 1..100 (0 for a required term), got {self.weight}")
+
+
+@dataclass(frozen=True, slots=True)
+class PodAffinity:
+    """Inter-pod affinity and anti-affinity of a job's pods, as a pod spec's `podAffinity` and `podAntiAffinity`
+    state them: required terms filter nodes, preferred ones (weighted) rank them."""
+
+    required: tuple[PodAffinityTerm, ...] = ()
+    preferred: tuple[PodAffinityTerm, ...] = ()
+    required_anti: tuple[PodAffinityTerm, ...] = ()
+    preferred_anti: tuple[PodAffinityTerm, ...] = ()
+
+    def __post_init__(self) -> None:
+        for term in self.preferred + self.preferred_anti:
+            if term.weight < 1:
+                raise ValueError("a preferred PodAffinityTerm needs a weight in 1..100")
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A gang of `tasks` identical tasks, each asking for `task`; placed whole or not at all.
@@ -134,6 +208,11 @@ class Job:
     dataset_gb: float = 0.0
     checkpoint_s: float | None = None  # checkpoint interval of progress; None: the run's default
     max_retries: int | None = None  # retries after the job's own failures; None: the run's default
+    # inter-pod and preferred node affinity (Kubernetes manifests; see plugins/affinity.py)
+    labels: Mapping[str, str] = field(default_factory=dict)  # the pods' metadata.labels (what pod terms select)
+    pod_affinity: PodAffinity | None = None
+    # preferred node affinity: (weight 1..100, expressions ANDed as in node_affinity)
+    node_preferences: tuple[tuple[int, tuple[tuple[str, str, tuple[str, ...]], ...]], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.tasks * self.task.gpus)

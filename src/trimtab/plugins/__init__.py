@@ -5,9 +5,9 @@ Each module lists its plugins in a `PLUGINS` mapping; `default_registry()` gathe
 from __future__ import annotations
 
 from trimtab.framework import Registry
-from trimtab.plugins import backfill, dynamics, filters, order, place, preempt, score, tenancy
+from trimtab.plugins import affinity, backfill, dynamics, filters, order, place, preempt, score, tenancy
 
-MODULES = (order, filters, place, preempt, backfill, dynamics, tenancy, score)
+MODULES = (order, filters, place, preempt, backfill, dynamics, tenancy, score, affinity)
 
 
 def default_registry() -> Registry:
