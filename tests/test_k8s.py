@@ -4,6 +4,7 @@ from fractions import Fraction
 
 import pytest
 
+from trimtab.model import LabelSelector
 from trimtab.spec import SpecError
 from trimtab.spec.k8s import load_manifests, parse_duration_s, parse_quantity
 
@@ -233,3 +234,127 @@ spec: {gpus: 8, owner: {namespace: team-a}, start: 1h, end: 3h}
     (res,) = m.reservations
     assert (res.gpus, res.tenant, res.start_s, res.end_s) == (8, "team-a", 3600.0, 10800.0)
     assert m.profile_args()["drf"] == {"weights": {"research": 3}}
+
+
+# ------------------------------------------------------------------------------------------------ affinity
+
+ANTI = ("affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "
+        "[{labelSelector: {matchLabels: {app: web}}, topologyKey: kubernetes.io/hostname}]}}")
+
+
+def test_pod_labels_and_inter_pod_affinity_are_kept():
+    (job,) = load(pod(labels="{app: web, tier: front}", extra=ANTI)).jobs
+    assert job.labels == {"app": "web", "tier": "front"}
+    (term,) = job.pod_affinity.required_anti
+    assert (term.topology_key, term.namespaces, term.all_namespaces, term.weight) == \
+        ("kubernetes.io/hostname", None, False, 0)
+    assert term.selector == LabelSelector((("app", "web"),))
+    assert job.pod_affinity.required == job.pod_affinity.preferred == ()
+    assert not any("affinity" in w for w in load(pod(extra=ANTI)).warnings)
+
+
+def test_preferred_terms_namespaces_and_selectors():
+    (job,) = load(pod(labels="{app: web, rev: r2}", extra=(
+        "affinity: {podAffinity: {preferredDuringSchedulingIgnoredDuringExecution: ["
+        "{weight: 40, podAffinityTerm: {labelSelector: {matchExpressions: [{key: app, operator: In, values: [db]}]},"
+        " namespaces: [team-b, team-c], topologyKey: topology.kubernetes.io/zone}},"
+        "{weight: 5, podAffinityTerm: {labelSelector: {}, namespaceSelector: {}, topologyKey: rack}},"
+        "{weight: 7, podAffinityTerm: {labelSelector: {matchLabels: {app: web}}, matchLabelKeys: [rev, absent],"
+        " mismatchLabelKeys: [], topologyKey: rack}}]}}"))).jobs
+    db, anything, same_rev = job.pod_affinity.preferred
+    assert (db.weight, db.namespaces, db.selector.match_expressions) == (40, ("team-b", "team-c"),
+                                                                         (("app", "In", ("db",)),))
+    assert anything.all_namespaces and anything.selector == LabelSelector()
+    assert same_rev.selector == LabelSelector((("app", "web"),), (("rev", "In", ("r2",)),)), \
+        "matchLabelKeys take the pod's own value; a key the pod lacks is ignored"
+
+
+def test_a_namespace_selector_is_resolved_against_the_namespaces_the_manifests_name():
+    text = """
+apiVersion: v1
+kind: Namespace
+metadata: {name: team-b, labels: {org: research}}
+---""" + pod(ns="team-c") + "---" + pod(extra=(
+        "affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [{labelSelector: {}, "
+        "namespaceSelector: {matchExpressions: [{key: org, operator: Exists}]}, namespaces: [team-x], "
+        "topologyKey: rack}, {labelSelector: {}, namespaceSelector: {matchLabels: "
+        "{kubernetes.io/metadata.name: team-c}}, topologyKey: rack}]}}"))
+    m = load(text)
+    job = next(j for j in m.jobs if j.pod_affinity)
+    assert [t.namespaces for t in job.pod_affinity.required] == [("team-b", "team-x"), ("team-c",)]
+    assert not any("Namespace" in w for w in m.warnings), "Namespace documents are read, not ignored"
+
+
+def test_preferred_node_affinity_is_kept():
+    (job,) = load(pod(extra=(
+        "affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: ["
+        "{weight: 80, preference: {matchExpressions: [{key: zone, operator: In, values: [a]}]}},"
+        "{weight: 20, preference: {matchFields: [{key: metadata.name, operator: NotIn, values: [n1]}]}},"
+        "{weight: 9, preference: {}}]}}"))).jobs
+    assert job.node_preferences == ((80, (("zone", "In", ("a",)),)), (20, (("field:metadata.name", "NotIn",
+                                                                            ("n1",)),)))
+
+
+PODAFF = "affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: [%s]}}"
+
+
+@pytest.mark.parametrize(("extra", "field", "problem"), [
+    ("affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 0, preference: {}}]}}",
+     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "range 1-100"),
+    ("affinity: {nodeAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 3}]}}",
+     "spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference",
+     "needs a preference"),
+    ("affinity: {podAntiAffinity: {preferredDuringSchedulingIgnoredDuringExecution: [{weight: 101, "
+     "podAffinityTerm: {topologyKey: rack}}]}}",
+     "spec.affinity.podAntiAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].weight", "range 1-100"),
+    (PODAFF % "{labelSelector: {matchLabels: {app: db}}}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].topologyKey", "is required"),
+    (PODAFF % "{labelSelector: {matchExpressions: [{key: app, operator: Gt, values: ['1']}]}, topologyKey: r}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector"
+     ".matchExpressions[0]", "operator of In, NotIn, Exists, DoesNotExist"),
+    (PODAFF % "{labelSelector: {matchExpressions: [{key: app, operator: In}]}, topologyKey: r}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].labelSelector"
+     ".matchExpressions[0].values", "needs at least one value"),
+    (PODAFF % "{matchLabelKeys: [app], topologyKey: r}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].matchLabelKeys",
+     "cannot be set when labelSelector isn't set"),
+    (PODAFF % "{labelSelector: {matchLabels: {app: x}}, matchLabelKeys: [app], topologyKey: r}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].matchLabelKeys",
+     "also in labelSelector"),
+    ("affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecution: {topologyKey: r}}}",
+     "spec.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution", "must be a list"),
+    ("affinity: {podAntiAffinity: [a]}", "spec.affinity.podAntiAffinity", "must be a mapping"),
+])
+def test_invalid_affinity_names_document_and_field(extra, field, problem):
+    with pytest.raises(SpecError, match=problem) as err:
+        load(pod(extra=extra))
+    assert err.value.field == field and "Pod p" in str(err.value)
+
+
+def test_unknown_affinity_fields_warn():
+    m = load(pod(extra=PODAFF % "{labelSelector: {matchLabels: {app: db}}, topologyKey: r, frob: 1}"))
+    assert any("requiredDuringSchedulingIgnoredDuringExecution[0].frob" in w and "unknown field" in w
+               for w in m.warnings)
+
+
+def test_a_gang_takes_its_template_labels_and_affinity():
+    m = load("""
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: ps, namespace: team-b}
+spec:
+  tasks:
+  - name: server
+    replicas: 3
+    template:
+      metadata: {labels: {app: ps}}
+      spec:
+        containers: [{name: w, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]
+        affinity:
+          podAntiAffinity:
+            requiredDuringSchedulingIgnoredDuringExecution:
+            - {labelSelector: {matchLabels: {app: ps}}, topologyKey: kubernetes.io/hostname}
+""")
+    (job,) = m.jobs
+    assert job.labels == {"app": "ps"} and job.tasks == 3
+    assert job.pod_affinity.required_anti[0].topology_key == "kubernetes.io/hostname"

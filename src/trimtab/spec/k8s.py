@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from trimtab.model import Job, Node, Resources, Taint
+from trimtab.model import Job, LabelSelector, Node, PodAffinity, PodAffinityTerm, Resources, Taint
 from trimtab.spec import SpecError
 
 GPU = "nvidia.com/gpu"
@@ -23,6 +23,7 @@ DURATION = "trimtab.io/duration"
 SUBMIT = "trimtab.io/submit-time"
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
+NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the label every namespace carries (its own name)
 SYSTEM_CLASSES = {"system-cluster-critical": 2_000_000_000, "system-node-critical": 2_000_001_000}
 MAX_USER_PRIORITY = 1_000_000_000
 QUOTA_KEYS = {  # ResourceQuota hard key -> (dimension, meaning of the request it counts)
@@ -233,6 +234,8 @@ class _Reader:
         self.sources: dict[str, str] = {}  # job id -> the document it came from
         self.default_class: PriorityClass | None = None
         self.docs: list[_Doc] = []
+        # namespace -> labels, for namespaceSelector: Namespace documents plus every namespace a document names
+        self.namespaces: dict[str, dict[str, str]] = {}
         for source, data in docs:
             kind, api = data.get("kind"), data.get("apiVersion")
             meta = data.get("metadata") or {}
@@ -259,6 +262,12 @@ class _Reader:
             raise SpecError("manifests", "more than one PriorityClass has globalDefault: true: "
                             + ", ".join(pc.name for pc in defaults))
         self.default_class = defaults[0] if defaults else None
+        for doc in self.docs:
+            if doc.kind != "Namespace":
+                self.namespaces.setdefault(doc.namespace, {NAMESPACE_NAME: doc.namespace})
+        for doc in by_kind.pop("Namespace", []):
+            labels = _str_map(doc, (doc.data.get("metadata") or {}).get("labels"), "metadata.labels")
+            self.namespaces[doc.name] = {**labels, NAMESPACE_NAME: doc.name}
         for doc in by_kind.pop("Node", []):
             out.nodes.append(_node(doc))
         for doc in by_kind.pop("ResourceQuota", []):
@@ -302,9 +311,6 @@ class _Reader:
         if not isinstance(spec, dict):
             raise doc.error(path, "a pod spec mapping is required")
         doc.check_keys(spec, path, _POD_SPEC_KEYS)
-        for ignored in ("podAffinity", "podAntiAffinity"):
-            if isinstance(spec.get("affinity"), dict) and ignored in spec["affinity"]:
-                doc.warn(f"{path}.affinity.{ignored}", "inter-pod affinity is not modelled, ignored")
         if "nodeName" in spec:
             doc.warn(f"{path}.nodeName", "a pod bound by name skips the scheduler; trimtab schedules it anyway")
         containers = spec.get("containers")
@@ -332,13 +338,17 @@ class _Reader:
         labels = _str_map(doc, meta.get("labels"), "metadata.labels")
         group = annotations.get(VOLCANO_GROUP) or labels.get(COSCHED_GROUP) or None
         pc_name = spec.get("priorityClassName") or ""
+        affinity = _affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
         return _PodSpec(
             task=Resources(gpus=int(req[0]), cpu_milli=math.ceil(req[1] * 1000), mem_mib=math.ceil(req[2] / 2**20)),
             limits=Resources(gpus=int(lim[0]), cpu_milli=math.ceil(lim[1] * 1000),
                              mem_mib=math.ceil(lim[2] / 2**20)),
             specified=specified,
             node_selector=_str_map(doc, spec.get("nodeSelector"), f"{path}.nodeSelector"),
-            node_affinity=_node_affinity(doc, spec.get("affinity"), f"{path}.affinity"),
+            node_affinity=affinity.node_required,
+            node_preferences=affinity.node_preferred,
+            labels=labels,
+            pod_affinity=affinity.pods,
             tolerations=_tolerations(doc, spec.get("tolerations"), f"{path}.tolerations"),
             priority_class=str(pc_name),
             duration_s=_annotation_time(doc, annotations, DURATION),
@@ -354,6 +364,12 @@ class _Reader:
                or p.node_affinity != first.node_affinity or p.tolerations != first.tolerations for p in pods[1:]):
             doc.warn("spec", "the gang's pods differ; trimtab models them as identical tasks of the largest "
                      "request, constrained like the first pod")
+        elif any(p.node_preferences != first.node_preferences or p.pod_affinity != first.pod_affinity
+                 for p in pods[1:]):
+            doc.warn("spec", "the gang's pods state different affinities; trimtab gives all of them the first pod's")
+        if any(p.labels != first.labels for p in pods[1:]):
+            doc.warn("spec", "the gang's pods have different labels; for inter-pod affinity trimtab gives all of "
+                     "them the first pod's")
         task = Resources(max(p.task.gpus for p in pods), max(p.task.cpu_milli for p in pods),
                          max(p.task.mem_mib for p in pods))
         limits = Resources(max(p.limits.gpus for p in pods), max(p.limits.cpu_milli for p in pods),
@@ -380,7 +396,8 @@ class _Reader:
                    priority_class=pc.name if pc else "",
                    preemption_policy=pc.preemption_policy if pc else "PreemptLowerPriority",
                    task_limits=limits if limits != task else None, tolerations=first.tolerations,
-                   node_affinity=first.node_affinity)
+                   node_affinity=first.node_affinity, labels=first.labels, pod_affinity=first.pod_affinity,
+                   node_preferences=first.node_preferences)
 
     def _class(self, doc: _Doc, name: str) -> PriorityClass:
         if name in SYSTEM_CLASSES:
@@ -477,6 +494,9 @@ class _PodSpec:
     specified: dict[str, bool]
     node_selector: dict[str, str]
     node_affinity: tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]
+    node_preferences: tuple[tuple[int, tuple[tuple[str, str, tuple[str, ...]], ...]], ...]
+    labels: dict[str, str]
+    pod_affinity: PodAffinity | None
     tolerations: tuple[tuple[str, str, str, str], ...]
     priority_class: str
     duration_s: float | None
@@ -512,7 +532,7 @@ def _kind_key(doc: _Doc) -> str:
         return f"Queue of {doc.api}"
     if doc.kind == "Reservation" and doc.api != "trimtab.io/v1":
         return f"Reservation of {doc.api}"
-    if doc.kind in ("Node", "Pod", "ResourceQuota") and doc.api != "v1":
+    if doc.kind in ("Node", "Pod", "ResourceQuota", "Namespace") and doc.api != "v1":
         return f"{doc.kind} of {doc.api}"
     if doc.kind == "PriorityClass" and group != "scheduling.k8s.io":
         return f"PriorityClass of {doc.api}"
@@ -607,24 +627,91 @@ def _annotation_time(doc: _Doc, annotations: Mapping[str, str], key: str) -> flo
 
 
 _OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+_REQUIRED = "requiredDuringSchedulingIgnoredDuringExecution"
+_PREFERRED = "preferredDuringSchedulingIgnoredDuringExecution"
+NodeTerm = tuple[tuple[str, str, tuple[str, ...]], ...]
 
 
-def _node_affinity(doc: _Doc, affinity: Any, path: str) -> tuple[tuple[tuple[str, str, tuple[str, ...]], ...], ...]:
+@dataclass(frozen=True, slots=True)
+class _Affinity:
+    node_required: tuple[NodeTerm, ...] = ()
+    node_preferred: tuple[tuple[int, NodeTerm], ...] = ()
+    pods: PodAffinity | None = None
+
+
+def _affinity(doc: _Doc, affinity: Any, path: str, labels: Mapping[str, str],
+              namespaces: Mapping[str, Mapping[str, str]]) -> _Affinity:
+    """A pod spec's `affinity`: required and preferred node affinity, and inter-pod affinity and anti-affinity
+    (`labels` are the pod's own, for matchLabelKeys; `namespaces` the known namespaces and their labels, for
+    namespaceSelector)."""
     if affinity is None:
-        return ()
+        return _Affinity()
     if not isinstance(affinity, dict):
         raise doc.error(path, "must be a mapping")
     doc.check_keys(affinity, path, ("nodeAffinity", "podAffinity", "podAntiAffinity"))
-    na = affinity.get("nodeAffinity") or {}
-    doc.check_keys(na, f"{path}.nodeAffinity", ("requiredDuringSchedulingIgnoredDuringExecution",
-                                                "preferredDuringSchedulingIgnoredDuringExecution"))
-    if na.get("preferredDuringSchedulingIgnoredDuringExecution"):
-        doc.warn(f"{path}.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution",
-                 "preferred node affinity does not change placement in trimtab, ignored")
-    required = na.get("requiredDuringSchedulingIgnoredDuringExecution")
+    na = _mapping(doc, affinity.get("nodeAffinity"), f"{path}.nodeAffinity")
+    doc.check_keys(na, f"{path}.nodeAffinity", (_REQUIRED, _PREFERRED))
+    required = _required_node_affinity(doc, na.get(_REQUIRED), f"{path}.nodeAffinity.{_REQUIRED}")
+    preferred = []
+    for i, p in enumerate(_list(doc, na.get(_PREFERRED), f"{path}.nodeAffinity.{_PREFERRED}")):
+        ppath = f"{path}.nodeAffinity.{_PREFERRED}[{i}]"
+        if not isinstance(p, dict):
+            raise doc.error(ppath, "must be a mapping with weight and preference")
+        doc.check_keys(p, ppath, ("weight", "preference"))
+        weight = _weight(doc, p.get("weight"), f"{ppath}.weight")
+        if not isinstance(p.get("preference"), dict):
+            raise doc.error(f"{ppath}.preference", "a preferred scheduling term needs a preference mapping")
+        term = _node_selector_term(doc, p["preference"], f"{ppath}.preference")
+        if term:  # an empty preference matches no node: it changes no score
+            preferred.append((weight, term))
+    pods: dict[str, list[PodAffinityTerm]] = {"required": [], "preferred": [], "required_anti": [],
+                                              "preferred_anti": []}
+    for kind, suffix in (("podAffinity", ""), ("podAntiAffinity", "_anti")):
+        section = _mapping(doc, affinity.get(kind), f"{path}.{kind}")
+        doc.check_keys(section, f"{path}.{kind}", (_REQUIRED, _PREFERRED))
+        for i, t in enumerate(_list(doc, section.get(_REQUIRED), f"{path}.{kind}.{_REQUIRED}")):
+            pods["required" + suffix].append(_pod_affinity_term(doc, t, f"{path}.{kind}.{_REQUIRED}[{i}]", 0,
+                                                                labels, namespaces))
+        for i, w in enumerate(_list(doc, section.get(_PREFERRED), f"{path}.{kind}.{_PREFERRED}")):
+            wpath = f"{path}.{kind}.{_PREFERRED}[{i}]"
+            if not isinstance(w, dict):
+                raise doc.error(wpath, "must be a mapping with weight and podAffinityTerm")
+            doc.check_keys(w, wpath, ("weight", "podAffinityTerm"))
+            weight = _weight(doc, w.get("weight"), f"{wpath}.weight")
+            pods["preferred" + suffix].append(_pod_affinity_term(doc, w.get("podAffinityTerm"),
+                                                                 f"{wpath}.podAffinityTerm", weight, labels,
+                                                                 namespaces))
+    pod_affinity = PodAffinity(**{k: tuple(v) for k, v in pods.items()}) if any(pods.values()) else None
+    return _Affinity(required, tuple(preferred), pod_affinity)
+
+
+def _mapping(doc: _Doc, value: Any, path: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping")
+    return value
+
+
+def _list(doc: _Doc, value: Any, path: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise doc.error(path, "must be a list")
+    return value
+
+
+def _weight(doc: _Doc, value: Any, path: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 100:
+        raise doc.error(path, f"must be an integer in the range 1-100, got {value!r}")
+    return value
+
+
+def _required_node_affinity(doc: _Doc, required: Any, path: str) -> tuple[NodeTerm, ...]:
     if not required:
         return ()
-    rpath = f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+    rpath = f"{path}.nodeSelectorTerms"
     terms = required.get("nodeSelectorTerms") if isinstance(required, dict) else None
     if not isinstance(terms, list) or not terms:
         raise doc.error(rpath, "required node affinity needs at least one nodeSelectorTerm")
@@ -632,27 +719,97 @@ def _node_affinity(doc: _Doc, affinity: Any, path: str) -> tuple[tuple[tuple[str
     for i, term in enumerate(terms):
         if not isinstance(term, dict):
             raise doc.error(f"{rpath}[{i}]", "must be a mapping")
-        exprs: list[tuple[str, str, tuple[str, ...]]] = []
-        for part, prefix in (("matchExpressions", ""), ("matchFields", "field:")):
-            for j, e in enumerate(term.get(part) or []):
-                epath = f"{rpath}[{i}].{part}[{j}]"
-                if not isinstance(e, dict) or "key" not in e or e.get("operator") not in _OPERATORS:
-                    raise doc.error(epath, f"needs key and an operator of {', '.join(_OPERATORS)}")
-                values = tuple(str(v) for v in (e.get("values") or []))
-                op = e["operator"]
-                if op in ("In", "NotIn") and not values:
-                    raise doc.error(f"{epath}.values", f"operator {op} needs at least one value")
-                if op in ("Exists", "DoesNotExist") and values:
-                    raise doc.error(f"{epath}.values", f"operator {op} takes no values")
-                if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
-                    raise doc.error(f"{epath}.values", f"operator {op} needs exactly one integer value")
-                exprs.append((prefix + str(e["key"]), op, values))
+        exprs = _node_selector_term(doc, term, f"{rpath}[{i}]")
         if not exprs:
             continue  # an empty term matches no node (Kubernetes); kept out so it cannot widen the OR
-        out.append(tuple(exprs))
+        out.append(exprs)
     if not out:
         raise doc.error(rpath, "every nodeSelectorTerm is empty; no node could match")
     return tuple(out)
+
+
+def _node_selector_term(doc: _Doc, term: dict[str, Any], path: str) -> NodeTerm:
+    """The ANDed expressions of one node selector term; `matchFields` keys are prefixed `field:`."""
+    doc.check_keys(term, path, ("matchExpressions", "matchFields"))
+    exprs: list[tuple[str, str, tuple[str, ...]]] = []
+    for part, prefix in (("matchExpressions", ""), ("matchFields", "field:")):
+        for j, e in enumerate(_list(doc, term.get(part), f"{path}.{part}")):
+            epath = f"{path}.{part}[{j}]"
+            if not isinstance(e, dict) or "key" not in e or e.get("operator") not in _OPERATORS:
+                raise doc.error(epath, f"needs key and an operator of {', '.join(_OPERATORS)}")
+            values = tuple(str(v) for v in (e.get("values") or []))
+            op = e["operator"]
+            if op in ("In", "NotIn") and not values:
+                raise doc.error(f"{epath}.values", f"operator {op} needs at least one value")
+            if op in ("Exists", "DoesNotExist") and values:
+                raise doc.error(f"{epath}.values", f"operator {op} takes no values")
+            if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
+                raise doc.error(f"{epath}.values", f"operator {op} needs exactly one integer value")
+            exprs.append((prefix + str(e["key"]), op, values))
+    return tuple(exprs)
+
+
+def _label_selector(doc: _Doc, value: Any, path: str) -> LabelSelector | None:
+    """A label selector (None when absent: it then selects nothing, as Kubernetes reads a null selector)."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping with matchLabels and/or matchExpressions")
+    doc.check_keys(value, path, ("matchLabels", "matchExpressions"))
+    labels = _str_map(doc, value.get("matchLabels"), f"{path}.matchLabels")
+    exprs = []
+    for j, e in enumerate(_list(doc, value.get("matchExpressions"), f"{path}.matchExpressions")):
+        epath = f"{path}.matchExpressions[{j}]"
+        if not isinstance(e, dict) or not e.get("key") or e.get("operator") not in _SELECTOR_OPERATORS:
+            raise doc.error(epath, f"needs key and an operator of {', '.join(_SELECTOR_OPERATORS)}")
+        doc.check_keys(e, epath, ("key", "operator", "values"))
+        op = e["operator"]
+        values = tuple(str(v) for v in _list(doc, e.get("values"), f"{epath}.values"))
+        if op in ("In", "NotIn") and not values:
+            raise doc.error(f"{epath}.values", f"operator {op} needs at least one value")
+        if op in ("Exists", "DoesNotExist") and values:
+            raise doc.error(f"{epath}.values", f"operator {op} takes no values")
+        exprs.append((str(e["key"]), op, values))
+    return LabelSelector(tuple(sorted(labels.items())), tuple(exprs))
+
+
+def _pod_affinity_term(doc: _Doc, term: Any, path: str, weight: int, labels: Mapping[str, str],
+                       namespaces: Mapping[str, Mapping[str, str]]) -> PodAffinityTerm:
+    """One PodAffinityTerm. matchLabelKeys / mismatchLabelKeys are merged into the selector with the pod's own
+    label values (key In / NotIn (value)); a namespaceSelector is resolved against the known namespaces ({} means
+    every namespace, also ones no document names)."""
+    if not isinstance(term, dict):
+        raise doc.error(path, "a pod affinity term must be a mapping")
+    doc.check_keys(term, path, ("labelSelector", "namespaces", "namespaceSelector", "topologyKey",
+                                "matchLabelKeys", "mismatchLabelKeys"))
+    key = term.get("topologyKey")
+    if not isinstance(key, str) or not key:
+        raise doc.error(f"{path}.topologyKey", "is required: the node label that defines the topology domain "
+                        "(e.g. kubernetes.io/hostname, topology.kubernetes.io/zone)")
+    selector = _label_selector(doc, term.get("labelSelector"), f"{path}.labelSelector")
+    extra: list[tuple[str, str, tuple[str, ...]]] = []
+    for field_name, op in (("matchLabelKeys", "In"), ("mismatchLabelKeys", "NotIn")):
+        keys = [str(k) for k in _list(doc, term.get(field_name), f"{path}.{field_name}")]
+        if keys and selector is None:
+            raise doc.error(f"{path}.{field_name}", f"{field_name} cannot be set when labelSelector isn't set")
+        taken = {k for k, _ in selector.match_labels} | {k for k, _, _ in selector.match_expressions} \
+            if selector is not None else set()
+        for k in keys:
+            if k in taken:
+                raise doc.error(f"{path}.{field_name}", f"key {k!r} is also in labelSelector; the same key may "
+                                "not be in both")
+            if k in labels:  # a key the pod does not carry is ignored, as Kubernetes does
+                extra.append((k, op, (labels[k],)))
+    if extra and selector is not None:
+        selector = LabelSelector(selector.match_labels, selector.match_expressions + tuple(extra))
+    listed = tuple(str(n) for n in _list(doc, term.get("namespaces"), f"{path}.namespaces"))
+    ns_selector = _label_selector(doc, term.get("namespaceSelector"), f"{path}.namespaceSelector")
+    if ns_selector is None:
+        return PodAffinityTerm(selector, key, listed or None, weight=weight)
+    if ns_selector == LabelSelector():
+        return PodAffinityTerm(selector, key, None, all_namespaces=True, weight=weight)
+    chosen = set(listed) | {ns for ns, ns_labels in namespaces.items() if ns_selector.matches(ns_labels)}
+    return PodAffinityTerm(selector, key, tuple(sorted(chosen)), weight=weight)
 
 
 def _tolerations(doc: _Doc, value: Any, path: str) -> tuple[tuple[str, str, str, str], ...]:
