@@ -260,3 +260,18 @@ def test_the_cli_submits_lists_shows_follows_logs_and_cancels(server: Server, tm
     assert trimtab(server, "logs", str(retried), "-f").stdout == "try 1\n--- attempt 2 ---\ntry 2\n"
     token = json.loads(trimtab(server, "token", "create", "--tenant", "team-e", "--json").stdout)["token"]
     assert json.loads(trimtab(server, "jobs", "--json", token=token).stdout) == []
+
+
+def test_the_api_docs_load_nothing_from_outside_the_server(server: Server) -> None:
+    """/docs (Swagger UI) names only this server's own assets (no CDN), and every one of them is served."""
+    r = httpx.get(f"{server.url}/docs")
+    assert r.status_code == 200 and r.headers["content-type"].startswith("text/html")
+    assert not re.search(r"https?:|//[\w.-]+\.[a-z]{2,}", r.text), "no external host"
+    assets = re.findall(r"""(?:src|href)=["']([^"']+)|url: ?'([^']+)'""", r.text)
+    urls = [a or b for a, b in assets]
+    assert "/openapi.json" in urls and len(urls) == 4, urls
+    for url in urls:
+        assert url.startswith("/"), url
+        got = httpx.get(f"{server.url}{url}")
+        assert got.status_code == 200 and len(got.content) > 1000, url
+    assert httpx.get(f"{server.url}/redoc").status_code == 404, "ReDoc would load its logo from a CDN"

@@ -1,6 +1,7 @@
 """The web dashboard at / in headless Chromium (Debian's `chromium`; skipped, saying why, when absent): with a token
 it shows the queues, the running job and its GPUs on the map; without one it asks for a token. It loads nothing
-from outside the server."""
+from outside the server. The API docs at /docs render there too, from the server's own assets, with no console
+error."""
 
 from __future__ import annotations
 
@@ -73,3 +74,30 @@ def test_without_a_token_it_asks_for_one(busy_server: tuple[Server, int], tmp_pa
     assert httpx.get(f"{server.url}/").status_code == 200
     dom = dump_dom(f"{server.url}/", tmp_path)
     assert 'id="login" style="display: block;"' in dom and "a token is needed" in dom
+
+
+def test_the_api_docs_render_offline_without_console_errors(busy_server: tuple[Server, int]) -> None:
+    """Swagger UI at /docs lists the API's operations, every request of the page goes to this server, and the
+    console shows no error."""
+    playwright = pytest.importorskip("playwright.sync_api", reason="playwright (Python) is not installed")
+    server, _ = busy_server
+    errors: list[str] = []
+    requested: list[str] = []
+    with playwright.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=_chromium(), args=[
+            "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--no-first-run"])
+        try:
+            view = browser.new_page()
+            view.on("console", lambda msg: errors.append(msg.text) if msg.type == "error" else None)
+            view.on("pageerror", lambda exc: errors.append(str(exc)))
+            view.on("request", lambda req: requested.append(req.url))
+            view.goto(f"{server.url}/docs")
+            view.wait_for_selector(".opblock", timeout=30_000)
+            shown = view.locator(".opblock").count()
+        finally:
+            browser.close()
+    assert errors == []
+    assert shown >= 10, "the operations of the API are listed"
+    outside = [url for url in requested if not url.startswith((server.url, "data:", "blob:"))]
+    assert outside == []

@@ -1,5 +1,5 @@
-"""The HTTP API of `trimtab serve` (FastAPI; OpenAPI at /docs): jobs, logs, nodes, queues, tenants, tokens,
-/metrics and the dashboard at /.
+"""The HTTP API of `trimtab serve` (FastAPI; OpenAPI at /docs, served without a CDN): jobs, logs, nodes, queues,
+tenants, tokens, /metrics and the dashboard at /.
 
 Bearer tokens: the admin token sees and changes everything; a tenant token sees, submits and cancels only its
 tenant's jobs, held to its quota. Errors are JSON `{"detail": message, "field": path}` with a precise 4xx."""
@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import json
 import time
+from importlib.resources import files
 from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Query, Request
 from fastapi import Path as PathParam
 from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
+from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trimtab.serve.daemon import Daemon, Principal, ServeError
@@ -29,6 +32,7 @@ from trimtab.serve.submission import JobSpec, SubmissionError, parse_body
 from trimtab.serve.views import job_json, runs_by_job, stats
 
 LOG_CHUNK_BYTES = 1 << 20
+DOCS_ASSETS_URL = "/docs-assets"  # Swagger UI from the fastapi-offline wheel: /docs needs no CDN
 JOB_STATES = ("pending", "running", "completed", "failed", "cancelled")
 
 
@@ -116,7 +120,7 @@ JobId = Annotated[int, PathParam(ge=1, le=2**62)]
 
 def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     """The API around a running (or about to run) daemon."""
-    app = FastAPI(title="trimtab serve", version="1", description=__doc__)
+    app = FastAPI(title="trimtab serve", version="1", description=__doc__, docs_url=None, redoc_url=None)
     metrics = ServeMetrics(daemon)
     app.state.daemon = daemon
     app.state.metrics = metrics
@@ -299,8 +303,28 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     def dashboard() -> HTMLResponse:
         return HTMLResponse(DASHBOARD_HTML)
 
+    _add_docs(app)
+
     app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # type: ignore[arg-type]
     return app
+
+
+def _add_docs(app: FastAPI) -> None:
+    """/docs: Swagger UI with its script, style and icon served from this server, so the page works on a machine
+    that cannot reach the internet. Swagger UI's online validator is off (it would load a badge from
+    validator.swagger.io). No /redoc: ReDoc 2 loads its logo from cdn.redoc.ly whatever it is told."""
+    assets = Path(str(files("fastapi_offline") / "static"))
+    app.mount(DOCS_ASSETS_URL, StaticFiles(directory=assets), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    def swagger_ui(request: Request) -> HTMLResponse:
+        root = request.scope.get("root_path", "")
+        return get_swagger_ui_html(
+            openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API",
+            swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
+            swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
+            swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
+            swagger_ui_parameters={"validatorUrl": None})
 
 
 def _tenant_name(name: str) -> str:
