@@ -12,6 +12,7 @@ import time
 import numpy as np
 
 from trimtab.cluster import ClusterState
+from trimtab.framework import Profile
 from trimtab.model import Job, JobState, Node, Resources, Taint
 from trimtab.scheduler import Scheduler
 
@@ -108,6 +109,38 @@ def incremental(nodes: int, waiting: int, events: int, policy: str, seed: int) -
             "cycle_max_ms": round(float(lat.max()), 3), "peak_rss_mib": rss_mib()}
 
 
+def consolidation(nodes: int, jobs: int, policy: str, seed: int, window_s: float = 10.0) -> dict[str, object]:
+    """A burst of one-GPU jobs of one tenant (1,000 a second), a cycle a second, placed one by one and then with
+    task consolidation: placement calls, cycle time, and whether every job started at the same moment."""
+    rng = np.random.default_rng(seed)
+    cluster = make_cluster(nodes, rng)
+    burst = [Job(f"b{k}", k // 1000, 1, Resources(gpus=1, cpu_milli=4000, mem_mib=16_384), duration_s=3600.0,
+                 tenant="t0") for k in range(jobs)]
+    out: dict[str, object] = {"bench": "consolidation", "policy": policy, "nodes": nodes, "jobs": jobs,
+                              "window_s": window_s}
+    starts = {}
+    for label, window in (("plain", 0.0), ("units", window_s)):
+        profile = Profile.load(policy).model_copy(update={"consolidate_window_s": window})
+        sched = Scheduler(ClusterState(cluster), profile, seed=seed)
+        spent = 0.0
+        started: dict[str, float] = {}
+        for second in range(jobs // 1000 + 1):
+            for job in burst[second * 1000:(second + 1) * 1000]:
+                sched.submit(job, float(second))
+            t0 = time.perf_counter()
+            decision = sched.cycle(float(second))
+            spent += time.perf_counter() - t0
+            started.update((job.id, float(second)) for job, _ in decision.starts)
+        starts[label] = started
+        out[f"{label}_placements"] = sched.framework.placements_tried
+        out[f"{label}_cycle_s"] = round(spent, 3)
+    out["started"] = len(starts["units"])
+    out["same_starts"] = starts["plain"] == starts["units"]
+    out["speedup"] = round(float(out["plain_cycle_s"]) / max(float(out["units_cycle_s"]), 1e-9), 1)
+    out["peak_rss_mib"] = rss_mib()
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("which", nargs="*", default=["bulk", "incremental"])
@@ -115,6 +148,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=40_000)
     parser.add_argument("--waiting", type=int, default=10_000)
     parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--burst", type=int, default=20_000, help="one-GPU jobs in the consolidation burst")
     parser.add_argument("--policy", default="las")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
@@ -123,8 +157,10 @@ def main() -> None:
             print(json.dumps(bulk(args.nodes, args.jobs, args.policy, args.seed)), flush=True)
         elif which == "incremental":
             print(json.dumps(incremental(args.nodes, args.waiting, args.events, args.policy, args.seed)), flush=True)
+        elif which == "consolidation":
+            print(json.dumps(consolidation(args.nodes, args.burst, args.policy, args.seed)), flush=True)
         else:
-            raise SystemExit(f"unknown measurement {which!r}: bulk or incremental")
+            raise SystemExit(f"unknown measurement {which!r}: bulk, incremental or consolidation")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ import bisect
 import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from importlib import resources
 from pathlib import Path
@@ -50,6 +50,7 @@ class Status:
 
 _OK = Status(Code.SUCCESS)
 _DOES_NOT_FIT = Status(Code.WAIT, "does not fit now")
+_ONE_TASK = np.ones(1, dtype=np.int64)
 
 
 @dataclass(slots=True)
@@ -327,6 +328,10 @@ class Profile(BaseModel):
     preempt: list[PluginRef] = Field(default_factory=list)
     backfill: list[PluginRef] = Field(default_factory=list)
     args: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    # task consolidation: single-task jobs of one tenant and shape, next to each other in the queue and submitted
+    # within this window of the first, are placed as one unit (one placement), then run as separate jobs; 0: off
+    consolidate_window_s: float = Field(default=0.0, ge=0.0)
+    consolidate_max_jobs: int = Field(default=256, ge=2)
 
     @field_validator("score")
     @classmethod
@@ -412,6 +417,7 @@ class Framework:
         self._key_expiry: list[tuple[float, str]] = []  # heap of (expiry, job id) for cached running keys
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
+        self.placements_tried = 0  # calls of the place plugin (one per job, or one per consolidated unit)
 
     def forget(self, job_id: str) -> None:
         """A job stopped running: drop its cached key and its usage."""
@@ -490,13 +496,18 @@ class Framework:
         fit = self.feasible(job, ctx)
         if int(np.minimum(fit, job.tasks).sum()) < job.tasks:
             return None
+        return self._place(job, ctx, fit)
+
+    def _place(self, job: Job, ctx: CycleContext, fit: np.ndarray) -> Allocation | None:
+        self.placements_tried += 1
         alloc = self.placer.place(job, ctx, fit, self.scores(job, ctx))
         if alloc is not None and (alloc.tasks != job.tasks or (alloc.counts > fit[alloc.nodes]).any()):
             raise RuntimeError(f"place plugin {self.placer.name!r} returned an infeasible allocation for {job.id}")
         return alloc
 
     def cycle(self, ctx: CycleContext, queue: Iterable[tuple[tuple[Any, ...], Job, Any]], blocked: set[Any],
-              on_start: Callable[[Job, Allocation], None], on_preempt: Callable[[str], None]) -> Decision:
+              on_start: Callable[[Job, Allocation], None], on_preempt: Callable[[str], None],
+              unit_of: Callable[[Job, Any], list[Job]] | None = None) -> Decision:
         """One scheduling cycle over `queue`: the pending jobs with their order keys and request shapes, lowest key
         first. When a job cannot start, its shape goes into `blocked`, and the queue may skip the jobs of that
         shape ordered after it (they cannot start either: same request, fewer GPUs left).
@@ -506,7 +517,10 @@ class Framework:
         (later jobs keep off the reserved GPUs). The cycle ends early once no GPU is free and no running job is
         ordered after the next job, because nothing later in the queue could start. A job stopped in this cycle
         does not start again in it. `on_start` / `on_preempt` let the Scheduler update its books as each answer
-        is committed."""
+        is committed.
+
+        With `unit_of` (task consolidation), a single-task job that may start asks it for the jobs that follow it
+        in the queue and may join it in one unit (see `_start_unit`)."""
         decision = Decision()
         cluster = ctx.cluster
         ctx.order_key = lambda job: self.order_key(job, ctx)
@@ -545,6 +559,10 @@ class Framework:
                 if not status.success:
                     decision.waiting[job.id] = status
                     blocked.add(shape)  # the same shape asks the same of the same tenant and queue
+                    continue
+            if unit_of is not None and job.tasks == 1 and not reserved_total and job.gpus <= free_for_job:
+                members = unit_of(job, shape)
+                if members and self._start_unit([job, *members], ctx, decision, on_start):
                     continue
             alloc = None
             if job.gpus <= free_for_job:
@@ -593,6 +611,50 @@ class Framework:
             wakes.append(self._key_expiry[0][0])
         decision.wake_s = min(wakes) if wakes else None
         return decision
+
+    def _start_unit(self, unit: list[Job], ctx: CycleContext, decision: Decision,
+                    on_start: Callable[[Job, Allocation], None]) -> bool:
+        """Task consolidation: start the longest prefix of `unit` (single-task jobs of one request shape, in queue
+        order, the first already admitted) that is admitted and fits, placed as one gang of that many tasks, then
+        booked job by job. False, with nothing started, when fewer than two would start: the caller goes on with
+        the first job alone."""
+        first, admitted = unit[0], unit[:1]
+        counted: list[Job] = []  # in the usage book while the next ones are admitted
+        for job in unit[1:]:  # admission in queue order, each seeing the usage of the ones before it
+            if job.id in decision.preemptions:
+                break
+            if self.admit:
+                if self.keeps_usage:
+                    self.usage.add(admitted[-1])
+                    counted.append(admitted[-1])
+                if not self._admit(job, ctx).success:
+                    break
+            admitted.append(job)
+        for job in counted:
+            self.usage.remove(job.id)
+        fit = self.feasible(first, ctx)
+        n = min(len(admitted), int(np.minimum(fit, len(admitted)).sum()))
+        if n < 2:
+            return False
+        gang = self._place(replace(first, tasks=n), ctx, fit)
+        if gang is None:
+            return False
+        with ctx.cluster.txn() as txn:  # taken as one gang: the cluster records which GPUs each task holds
+            txn.allocate(gang)
+            txn.commit()
+        nodes = np.repeat(gang.nodes, gang.counts)
+        per_task = 0 if gang.gpu_idx is None else len(gang.gpu_idx) // n
+        for k, job in enumerate(admitted[:n]):  # each job holds (and later gives back) its own task's share
+            alloc = Allocation(nodes[k:k + 1], _ONE_TASK, first.task,
+                               None if gang.gpu_idx is None else gang.gpu_idx[k * per_task:(k + 1) * per_task],
+                               None if gang.mig_start is None else gang.mig_start[k:k + 1])
+            decision.starts.append((job, alloc))
+            on_start(job, alloc)
+            if self.keeps_usage:
+                self.usage.add(job)
+            if self.preempt:
+                self._cache_running_key(job, ctx)
+        return True
 
     def _admit(self, job: Job, ctx: CycleContext) -> Status:
         for plugin in self.admit:

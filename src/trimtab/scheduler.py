@@ -67,24 +67,61 @@ class ShapeQueue:
         """Every pending entry in queue order."""
         return heapq.merge(*self._groups.values())
 
-    def walk(self, blocked: set[Shape]) -> Iterator[tuple[Entry, Shape]]:
+    def walk(self, blocked: set[Shape]) -> Walk:
         """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
         (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
         (started) or added meanwhile."""
-        heap = [(group[0], shape) for shape, group in self._groups.items()]
-        heapq.heapify(heap)
+        return Walk(self._groups, blocked)
+
+
+class Walk:
+    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`)."""
+
+    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape]) -> None:
+        self._groups = groups
+        self._blocked = blocked
+        self._heap = [(group[0], shape) for shape, group in groups.items()]
+        heapq.heapify(self._heap)
+        self._last: tuple[Entry, Shape] | None = None  # yielded; its group's next entry joins the heap lazily
+
+    def __iter__(self) -> Walk:
+        return self
+
+    def __next__(self) -> tuple[Entry, Shape]:
+        self._advance()
+        heap = self._heap
         while heap:
             entry, shape = heapq.heappop(heap)
-            if shape in blocked:
-                continue
-            yield entry, shape
-            if shape in blocked:
-                continue
-            group = self._groups.get(shape)
-            if group:
-                i = bisect.bisect_right(group, entry)
-                if i < len(group):
-                    heapq.heappush(heap, (group[i], shape))
+            if shape not in self._blocked:
+                self._last = (entry, shape)
+                return entry, shape
+        raise StopIteration
+
+    def _advance(self) -> None:
+        if self._last is None:
+            return
+        entry, shape = self._last
+        self._last = None
+        group = self._groups.get(shape)
+        if shape not in self._blocked and group:
+            i = bisect.bisect_right(group, entry)
+            if i < len(group):
+                heapq.heappush(self._heap, (group[i], shape))
+
+    def run(self, limit: int, accept: Callable[[Entry], bool]) -> list[Entry]:
+        """The entries that follow the one just yielded with nothing of another shape between them in queue order,
+        while `accept` holds, at most `limit`. They stay queued (and are yielded later unless removed)."""
+        if self._last is None:
+            return []
+        entry, shape = self._last
+        group = self._groups.get(shape, [])
+        bound = self._heap[0][0] if self._heap else None
+        out: list[Entry] = []
+        i = bisect.bisect_right(group, entry)
+        while i < len(group) and len(out) < limit and (bound is None or group[i] < bound) and accept(group[i]):
+            out.append(group[i])
+            i += 1
+        return out
 
 
 class Scheduler:
@@ -248,9 +285,13 @@ class Scheduler:
         ctx = self.context(now_s)
         blocked = self._blocked
         carried = set(blocked)  # blocked by earlier cycles: a preemption in this one releases GPUs for them
+        unit_of = None
         if self.framework.static_order:
+            walk = self._queue.walk(blocked)
             queue: Iterator[tuple[tuple[Any, ...], Job, Shape]] = (
-                (entry[0], self.jobs[entry[2]], shape) for entry, shape in self._queue.walk(blocked))
+                (entry[0], self.jobs[entry[2]], shape) for entry, shape in walk)
+            if self.profile.consolidate_window_s > 0:
+                unit_of = self._unit_finder(walk)
         else:
             jobs = [self.jobs[e[2]] for e in self._queue.ordered()]
             queue = iter(sorted(((self.framework.order_key(j, ctx), j, self._queue.shape(j)) for j in jobs),
@@ -269,7 +310,7 @@ class Scheduler:
             self._book_stop(run, now_s, None)
             self._enqueue(run.job, now_s)
 
-        decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt)
+        decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt, unit_of)
         self._wake_s = decision.wake_s
         self._dirty = False
         # A blocked shape stays blocked while nothing is released: fewer free GPUs cannot help it. Not so after a
@@ -277,6 +318,22 @@ class Scheduler:
         if decision.reservations or (self.framework.preempt and decision.starts):
             self._blocked = set()
         return decision
+
+    def _unit_finder(self, walk: Walk) -> Callable[[Job, Shape], list[Job]]:
+        """Task consolidation (Profile.consolidate_window_s): the jobs that may join `head`, just yielded by
+        `walk`, in one unit: the single-task jobs of its tenant and shape that follow it in queue order, submitted
+        within the window after it."""
+        window_s, limit = self.profile.consolidate_window_s, self.profile.consolidate_max_jobs - 1
+        jobs = self.jobs
+
+        def unit_of(head: Job, shape: Shape) -> list[Job]:
+            def joins(entry: Entry) -> bool:
+                job = jobs[entry[2]]
+                return job.tasks == 1 and job.tenant == head.tenant and abs(job.submit_s - head.submit_s) <= window_s
+
+            return [jobs[entry[2]] for entry in walk.run(limit, joins)]
+
+        return unit_of
 
     def changed(self) -> None:
         """Something outside the scheduler's books changed (resources released, a quota raised, a node back):
