@@ -260,9 +260,6 @@ def test_preferred_node_affinity_decides_before_packing():
     assert start(Job("q", 0.0, 1, Resources(gpus=2), 100.0, node_preferences=prefer_b)) == ["h0"]
 
 
-@pytest.mark.xfail(strict=True, reason="needs scheduler.shape_of to include Job.labels and Job.pod_affinity: "
-                   "under a static queue order a job that cannot start blocks every job of its shape, and the "
-                   "shape ignores pod affinity")
 def test_a_blocked_replica_does_not_hold_back_a_plain_job_of_the_same_request():
     """Five hosts, six replicas that repel each other per host, then a plain job asking for the same: the sixth
     replica waits, the plain job starts."""
