@@ -23,8 +23,9 @@ Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id
 
 def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shape:
     """What makes two jobs interchangeable for a cycle: the gang size, the task request and every placement
-    constraint (with inter-pod affinity, also the pods' labels and namespace); with `by_tenant`, who asks (tenant, queue: admission and reservations depend on it); with
-    `by_priority`, priority and preemption policy (preemption depends on them)."""
+    constraint (with inter-pod affinity, also the pods' labels and namespace); with `by_tenant`, who asks (tenant,
+    queue: admission and reservations depend on it); with `by_priority`, priority and preemption policy (preemption
+    depends on them)."""
     shape: Shape = (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
                     job.node_affinity)
     if job.labels or job.pod_affinity:  # inter-pod terms: who the job is and where its namespace's pods run matter
