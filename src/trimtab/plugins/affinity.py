@@ -14,6 +14,8 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, Decision, Plugin, RunningJob
 from trimtab.model import Job, Node, PodAffinityTerm
+from trimtab.plugins.dynamics import ScorePack
+from trimtab.plugins.place import Pack
 
 HOSTNAME = "kubernetes.io/hostname"
 
@@ -94,6 +96,9 @@ class InterPodAffinity(Plugin):
         if type(self._inner).place is Plugin.place:
             raise ValueError(f"pod-affinity: plugin {name!r} has no place point")
         self._inner.name = name  # type: ignore[misc]
+        # score-pack on equal scores is pack: take the shorter way for the common job, which no score tells apart
+        self._pack_if_flat = Pack() if isinstance(self._inner, ScorePack) and self._inner.pack_slack_gpus is None \
+            else None
         if hard_affinity_weight < 0:
             raise ValueError(f"pod-affinity: hard_affinity_weight must be >= 0, got {hard_affinity_weight}")
         self.hard_affinity_weight = int(hard_affinity_weight)
@@ -262,6 +267,8 @@ class InterPodAffinity(Plugin):
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         pa = job.pod_affinity
         if pa is None or job.tasks == 1 or not (pa.required or pa.required_anti):
+            if self._pack_if_flat is not None and not score.any():
+                return self._pack_if_flat.place(job, ctx, fit, score)
             return self._inner.place(job, ctx, fit, score)
         spread = [t for t in pa.required_anti if selects(t, job, job)]
         together = (bool(pa.required) and all(selects(t, job, job) for t in pa.required)
