@@ -9,7 +9,7 @@ import pytest
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, RunningJob
-from trimtab.model import Job, LabelSelector, Node, PodAffinity, PodAffinityTerm, Resources
+from trimtab.model import Job, JobState, LabelSelector, Node, PodAffinity, PodAffinityTerm, Resources
 from trimtab.plugins.affinity import InterPodAffinity
 from trimtab.plugins.filters import NodeAffinity
 from trimtab.scheduler import Scheduler
@@ -241,6 +241,24 @@ def test_a_job_waiting_for_its_peer_is_tried_again_as_soon_as_the_peer_starts():
     (job, alloc), = scheduler.cycle(first.wake_s).starts
     db_node = scheduler.cluster.nodes[int(scheduler.running["db"].alloc.nodes[0])].name
     assert job.id == "web" and LAYOUT[scheduler.cluster.nodes[int(alloc.nodes[0])].name] == LAYOUT[db_node]
+
+
+def test_a_job_running_before_the_first_cycle_still_repels():
+    """serve re-adopts running jobs after a restart without a cycle; their anti-affinity holds all the same: the
+    noisy pod avoids h0, which packing alone would choose (it is the fullest node)."""
+    scheduler = Scheduler(ClusterState(cluster()), "tenants")
+    quiet = pod("quiet", "quiet", required_anti=(term("noisy", HOST),))
+    alloc = Allocation(np.array([0]), np.array([1]), quiet.task)
+    scheduler.cluster.allocate(alloc)
+    scheduler.jobs[quiet.id] = quiet
+    scheduler.state[quiet.id] = JobState.RUNNING
+    scheduler.running[quiet.id] = RunningJob(quiet, alloc, 0.0, 0.0, 0.0)
+    scheduler.submit(pod("noisy", "noisy"), 0.0)
+    (_, placed), = scheduler.cycle(0.0).starts
+    assert scheduler.cluster.nodes[int(placed.nodes[0])].name != "h0"
+    scheduler.submit(pod("calm", "calm"), 0.0)
+    (_, placed), = scheduler.cycle(0.0).starts
+    assert scheduler.cluster.nodes[int(placed.nodes[0])].name == "h0", "the check above can fail"
 
 
 def test_preferred_node_affinity_decides_before_packing():

@@ -112,14 +112,14 @@ class InterPodAffinity(Plugin):
 
     # ------------------------------------------------------------------------------------------- books
 
-    def _remember(self, job: Job) -> None:
+    def _remember(self, job: Job, waiting: bool = True) -> None:
         pa = job.pod_affinity
         assert pa is not None
         if pa.required_anti:
             self._anti[job.id] = job
         if pa.required or pa.preferred or pa.preferred_anti:
             self._attract[job.id] = job
-        if pa.required:
+        if pa.required and waiting:
             self._waiters[job.id] = job
 
     @staticmethod
@@ -131,7 +131,7 @@ class InterPodAffinity(Plugin):
             self._adopted = True
             for run in ctx.running.values():
                 if run.job.pod_affinity is not None:
-                    self._remember(run.job)
+                    self._remember(run.job, waiting=False)
             return
         # every job that starts is filtered (and so remembered) first: only running ones need keeping
         if self._anti:
