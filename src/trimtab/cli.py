@@ -239,6 +239,8 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
              out: Annotated[Path, typer.Option(help="Where the tuned profile (YAML) goes.")] = Path("tuned.yaml"),
              seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
              workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
+             ray: Annotated[str | None, typer.Option("--ray", help="Run the simulations as tasks on the Ray "
+                                                                   "cluster at this address.")] = None,
              ) -> None:
     """Search a profile's numeric parameters on part of a workload; report the result on the held-out part."""
     import yaml
@@ -260,7 +262,7 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
     with console.status(f"tuning {base.name}: {budget} candidates on {len(jobs)} jobs..."):
         try:
             result = tune(nodes, jobs, base, metrics, budget, config, seed=seed, tune_share=tune_share,
-                          workers=workers)
+                          workers=workers, ray_address=ray)
         except ValueError as exc:
             _fail(str(exc))
     table = Table("part", "profile", *metrics, "score (1 = base)",

@@ -100,7 +100,11 @@ def _run_candidate(profile: Profile) -> dict[str, Any]:
 
 
 def _map(profiles: list[Profile], nodes: Sequence[Node], jobs: Sequence[Job], config: SimConfig,
-         workers: int) -> list[dict[str, Any]]:
+         workers: int, ray_address: str | None = None) -> list[dict[str, Any]]:
+    if ray_address is not None:
+        from trimtab.sim.run import _simulate_on_ray
+
+        return [run["summary"] for run in _simulate_on_ray(ray_address, nodes, jobs, profiles, config)]
     _SHARED.update(nodes=nodes, jobs=jobs, config=config)
     try:
         if workers <= 1 or "fork" not in mp.get_all_start_methods():
@@ -113,10 +117,14 @@ def _map(profiles: list[Profile], nodes: Sequence[Node], jobs: Sequence[Job], co
 
 def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Sequence[str], budget: int,
          config: SimConfig | None = None, seed: int = 0, tune_share: float = 0.7, spread: float = 4.0,
-         workers: int | None = None, progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+         workers: int | None = None, progress: Callable[[int, int], None] | None = None,
+         ray_address: str | None = None) -> dict[str, Any]:
     """Random search: `budget` candidates, each knob of `base` scaled by a log-uniform factor in [1/spread, spread],
     run on the tuning part; the best by `objective` (against the base on the same part) is then run with the base on
-    the held-out part. Returns both scores on both parts, the tuned profile and every candidate's score."""
+    the held-out part. Returns both scores on both parts, the tuned profile and every candidate's score.
+
+    Runs go to up to `workers` forked processes, or, with `ray_address`, to the Ray cluster there as one task each
+    (all candidates at once); runs are deterministic, so the result is the same either way."""
     if budget < 1:
         raise ValueError("budget must be >= 1")
     config = config or SimConfig(timing=False)
@@ -134,10 +142,10 @@ def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Seq
     workers = min(workers or os.cpu_count() or 1, budget + 1)
     done = 0
     results: list[dict[str, Any]] = []
-    chunk = max(workers, 1)
+    chunk = budget + 1 if ray_address else max(workers, 1)
     for start in range(0, budget + 1, chunk):
         batch = [base, *candidates][start:start + chunk]
-        results += _map(batch, nodes, tune_jobs, config, workers)
+        results += _map(batch, nodes, tune_jobs, config, workers, ray_address)
         done += len(batch)
         if progress:
             progress(done, budget + 1)
@@ -146,7 +154,7 @@ def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Seq
     best = int(np.argmin(scores))
     tuned = with_values(candidates[best], {}, f"{base.name}-tuned").model_copy(update={
         "description": f"{base.name} tuned for {', '.join(metrics)} on {len(tune_jobs)} jobs ({budget} candidates)"})
-    base_held, tuned_held = _map([base, tuned], nodes, held_jobs, config, min(workers, 2))
+    base_held, tuned_held = _map([base, tuned], nodes, held_jobs, config, min(workers, 2), ray_address)
     return {
         "base": base.name,
         "objective": list(metrics),
