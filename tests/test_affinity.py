@@ -291,3 +291,23 @@ def test_under_a_dynamic_order_a_blocked_replica_holds_back_nothing():
     replicas = [pod(f"web-{i}", "web", required_anti=(term("web", HOST),)) for i in range(6)]
     _, started = place(*replicas, pod("plain"))
     assert "plain" in started and "web-5" not in started
+
+
+def test_pods_a_preemption_is_stopping_count_as_gone():
+    """While a preemption tries its victims, their pods neither repel nor attract: a job kept off a host by a
+    running pod's anti-affinity may take the host that pod is being evicted from, and a job that needs the pod
+    nearby may not count on it."""
+    plugin = InterPodAffinity()
+    repels = pod("noisy", "noisy", required_anti=(term("p", HOST),))
+    ctx = context([(repels, {"h0": 1})])
+    plugin.open(ctx)
+    job = pod("p-0", "p")
+    assert "h0" not in names(plugin.filter(job, ctx))
+    ctx.releasing = frozenset({"noisy"})
+    assert "h0" in names(plugin.filter(job, ctx))
+    needs_db = pod("web-1", "web", required=(term("db"),))
+    ctx = context([(DB, {"h1": 1})])
+    plugin.open(ctx)
+    assert names(plugin.filter(needs_db, ctx)) == {"h1", "h3"}
+    ctx.releasing = frozenset({"db-0"})
+    assert names(plugin.filter(needs_db, ctx)) == set()

@@ -165,6 +165,8 @@ class CycleContext:
     usage: UsageBook = field(default_factory=UsageBook)  # held by running jobs per tenant and queue
     node_mask: Callable[[Job], np.ndarray] | None = None  # nodes every filter of the profile allows for a job
     history: Sequence[tuple[Job, float]] = ()  # completed jobs and their run time, in completion order
+    # running jobs a preemption is trying to stop: placement filters and scores must treat them as gone
+    releasing: frozenset[str] = frozenset()
 
     def attained_gpu_s(self, job_id: str) -> float:
         """GPU-seconds of service a job has received so far, including the current run."""
@@ -673,7 +675,11 @@ class Framework:
             with ctx.cluster.txn() as txn:
                 for victim in victims:
                     txn.release(ctx.running[victim].alloc)
-                alloc = self.try_place(job, ctx)
+                ctx.releasing = frozenset(victims)
+                try:
+                    alloc = self.try_place(job, ctx)
+                finally:
+                    ctx.releasing = frozenset()
                 if alloc is None:
                     continue  # the Txn discards the tentative releases
                 txn.commit()

@@ -124,7 +124,14 @@ class InterPodAffinity(Plugin):
 
     @staticmethod
     def _running(jobs: Mapping[str, Job], ctx: CycleContext) -> list[RunningJob]:
-        return [run for jid in jobs if (run := ctx.running.get(jid)) is not None]
+        return [run for jid in jobs if (run := ctx.running.get(jid)) is not None and jid not in ctx.releasing]
+
+    @staticmethod
+    def _all_running(ctx: CycleContext) -> list[RunningJob]:
+        """The running jobs that stay: victims of the preemption being tried are gone for its placement."""
+        if not ctx.releasing:
+            return list(ctx.running.values())
+        return [run for jid, run in ctx.running.items() if jid not in ctx.releasing]
 
     def open(self, ctx: CycleContext) -> None:
         if not self._adopted:  # jobs running before the first cycle (re-adopted by serve) were never filtered here
@@ -170,7 +177,7 @@ class InterPodAffinity(Plugin):
                           ctx: CycleContext) -> list[np.ndarray] | None:
         """Per term, the nodes near a running pod that matches all `terms`; None when no such pod sits on a node
         carrying a term's key (the case where the first pod of a series may go anywhere)."""
-        runs = [run for run in ctx.running.values() if all(selects(t, job, run.job) for t in terms)]
+        runs = [run for run in self._all_running(ctx) if all(selects(t, job, run.job) for t in terms)]
         if not runs:
             return None
         near = [self._near(t.topology_key, runs, ctx) for t in terms]
@@ -204,7 +211,7 @@ class InterPodAffinity(Plugin):
             else:
                 mask[:] = False
         for term in pa.required_anti:
-            runs = [run for run in ctx.running.values() if selects(term, job, run.job)]
+            runs = [run for run in self._all_running(ctx) if selects(term, job, run.job)]
             if runs:
                 mask &= ~self._near(term.topology_key, runs, ctx)
         return mask
@@ -233,7 +240,7 @@ class InterPodAffinity(Plugin):
 
         if own:
             assert pa is not None
-            for run in ctx.running.values():
+            for run in self._all_running(ctx):
                 for term in pa.preferred:
                     if selects(term, job, run.job):
                         add(term.topology_key, run, term.weight)
