@@ -51,6 +51,41 @@ def _print_json(data: Any) -> None:
     sys.stdout.write(json.dumps(data, indent=1) + "\n")
 
 
+def _gpus(milli: float) -> str:
+    """Thousandths of a GPU as a number of GPUs: 500 -> "0.5", 2000 -> "2"."""
+    return f"{milli / 1000:g}"
+
+
+def _per_task(job: dict[str, Any]) -> str:
+    """What each task of a job asks for: "2 GPUs", or a share of one GPU, "0.5 GPU"."""
+    milli = job.get("gpu_milli") or 0
+    return f"{_gpus(milli)} GPU" if milli else f"{job['gpus_per_task']} GPUs"
+
+
+def _gpus_column(job: dict[str, Any]) -> str:
+    """A job's GPUs in `trimtab jobs`: whole GPUs of all tasks ("4"), or its share ("0.5 GPU", "2 x 0.5 GPU" for a
+    gang of shares: shares of distinct GPUs do not add up to whole ones)."""
+    if not job.get("gpu_milli"):
+        return str(job["gpus"])
+    return f"{job['tasks']} x {_per_task(job)}" if job["tasks"] > 1 else _per_task(job)
+
+
+def _gpu_map(devices: list[dict[str, Any]]) -> str:
+    """One line per GPU: its id and every job on it, a share with its fraction ("0: 12 (0.5), 13 (0.25)"), a
+    whole GPU with its job alone ("1: 14"), an idle one "-"; another tenant's job (-1 from the API) as "other"."""
+    lines = []
+    for d in devices:
+        holders = d.get("jobs")
+        if holders is None:  # a server from before GPU shares: one job per GPU
+            holders = [] if d["job_id"] is None else [{"job_id": d["job_id"], "milli": 1000}]
+        names = []
+        for h in holders:
+            name = "other" if h["job_id"] == -1 else str(h["job_id"])
+            names.append(name if h["milli"] >= 1000 else f"{name} ({_gpus(h['milli'])})")
+        lines.append(f"{d['id']}: {', '.join(names) or '-'}")
+    return "\n".join(lines)
+
+
 def _ago(t_s: float | None) -> str:
     if t_s is None:
         return "-"
@@ -97,7 +132,10 @@ def register(app: typer.Typer) -> None:
     @app.command("submit")
     def submit_cmd(
         args: Annotated[list[str] | None, typer.Argument(help="FILE.yaml / FILE.json, or -- COMMAND ARGS...")] = None,
-        gpus: Annotated[int, typer.Option(help="GPUs per task.")] = 1,
+        gpus: Annotated[int | None, typer.Option(help="Whole GPUs per task [default: 1].")] = None,
+        gpu_milli: Annotated[int | None, typer.Option(
+            "--gpu-milli", help="Instead of whole GPUs, a share of one GPU per task, in thousandths (1 to 999; "
+                                "500: half a GPU), run under MPS limits.")] = None,
         tasks: Annotated[int, typer.Option(help="Tasks in the gang.")] = 1,
         name: Annotated[str, typer.Option(help="Job name.")] = "",
         tenant: Annotated[str | None, typer.Option(help="Tenant (admin token only).")] = None,
@@ -110,9 +148,19 @@ def register(app: typer.Typer) -> None:
         if not args:
             _fail("give a FILE.yaml or a command after --", 2)
         assert args is not None
-        client = _client(server, token)
         path = Path(args[0])
-        if len(args) == 1 and path.suffix in (".yaml", ".yml", ".json") and path.is_file():
+        is_file = len(args) == 1 and path.suffix in (".yaml", ".yml", ".json") and path.is_file()
+        if gpu_milli is not None:  # checked here for a clear message; the server checks again
+            if is_file:
+                _fail("--gpu-milli applies to a command after --; a manifest asks for a share with the annotation "
+                      'trimtab.io/gpu-milli: "500", a JSON job with "gpu_milli": 500', 2)
+            if not 1 <= gpu_milli <= 999:
+                _fail(f"--gpu-milli is a share of one GPU in thousandths, 1 to 999, not {gpu_milli} (whole GPUs: "
+                      "--gpus N)", 2)
+            if gpus:
+                _fail("give --gpus (whole GPUs) or --gpu-milli (a share of one GPU), not both", 2)
+        client = _client(server, token)
+        if is_file:
             text = path.read_text()
             if path.suffix == ".json":
                 try:
@@ -123,8 +171,10 @@ def register(app: typer.Typer) -> None:
             else:
                 job = _call(client.submit_manifest, text)
         else:
-            spec: dict[str, Any] = {"command": list(args), "gpus": gpus, "tasks": tasks, "name": name,
-                                    "retries": retries}
+            spec: dict[str, Any] = {"command": list(args), "gpus": 1 if gpus is None else gpus, "tasks": tasks,
+                                    "name": name, "retries": retries}
+            if gpu_milli is not None:
+                spec.update(gpus=0, gpu_milli=gpu_milli)
             for key, value in (("tenant", tenant), ("priority_class", priority_class), ("workdir", workdir)):
                 if value is not None:
                     spec[key] = value
@@ -145,7 +195,7 @@ def register(app: typer.Typer) -> None:
             return
         table = Table("id", "name", "tenant", "state", "GPUs", "attempts", "submitted", "reason")
         for j in jobs:
-            table.add_row(str(j["id"]), j["name"], j["tenant"], j["state"], str(j["gpus"]), str(j["attempts"]),
+            table.add_row(str(j["id"]), j["name"], j["tenant"], j["state"], _gpus_column(j), str(j["attempts"]),
                           _ago(j["submit_s"]) + " ago", j["reason"])
         _console.print(table)
 
@@ -158,7 +208,7 @@ def register(app: typer.Typer) -> None:
             return
         _console.print(f"job {job['id']} {job['name']!r} of {job['tenant']}: [bold]{job['state']}[/bold] "
                        f"{job['reason']}", highlight=False)
-        _console.print(f"command: {' '.join(job['command'])}; {job['tasks']} x {job['gpus_per_task']} GPUs; "
+        _console.print(f"command: {' '.join(job['command'])}; {job['tasks']} x {_per_task(job)}; "
                        f"attempts {job['attempts']}, retries allowed {job['retries']}", highlight=False)
         table = Table("attempt", "rank", "node", "GPUs", "state", "exit", "outcome", "started")
         for r in job["runs"]:
@@ -207,15 +257,15 @@ def register(app: typer.Typer) -> None:
 
     @app.command("nodes")
     def nodes_cmd(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
-        """Nodes and their GPUs, with the job on each GPU."""
+        """Nodes and their GPUs, with every job on each GPU and its share."""
         data = _call(_client(server, token).nodes)
         if as_json:
             _print_json(data)
             return
         table = Table("node", "model", "GPUs", "allocated", "GPU map")
         for n in data["nodes"]:
-            cells = " ".join(f"{d['id']}:{'-' if d['job_id'] is None else d['job_id']}" for d in n["devices"])
-            table.add_row(n["name"], n["gpu_model"] or "virtual", str(n["gpus"]), str(n["gpus_allocated"]), cells)
+            table.add_row(n["name"], n["gpu_model"] or "virtual", str(n["gpus"]), str(n["gpus_allocated"]),
+                          _gpu_map(n["devices"]))
         _console.print(table)
 
     @app.command("queues")
@@ -227,7 +277,7 @@ def register(app: typer.Typer) -> None:
             return
         table = Table("tenant", "pending", "running", "GPUs held", "quota")
         for q in data["queues"]:
-            table.add_row(q["tenant"], str(q["pending"]), str(q["running"]), str(q["gpus_held"]),
+            table.add_row(q["tenant"], str(q["pending"]), str(q["running"]), f"{q['gpus_held']:g}",
                           "-" if q["quota_gpus"] is None else str(q["quota_gpus"]))
         _console.print(table)
         _console.print(f"{data['gpus_allocated']} of {data['gpus_total']} GPUs allocated")
