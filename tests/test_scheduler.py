@@ -204,3 +204,20 @@ def test_qssf_learns_durations_from_completed_jobs_of_the_same_user():
     s.submit(job("a1", 1, submit_s=5030, user="alice"), 5030)
     s.stopped("filler", 5110, JobState.COMPLETED, executed_s=100)
     assert started(s.cycle(5110)) == ["a1"]
+
+
+def test_adopt_takes_in_a_job_already_running() -> None:
+    """A live service restarting books a running job it finds (its GPUs, its key for preemption) and may stop it."""
+    import numpy as np
+
+    from trimtab.cluster import Allocation
+
+    sched = Scheduler(ClusterState(nodes(1)), "las")
+    running = job("r", gpus=6)
+    sched.adopt(running, Allocation(np.array([0]), np.array([6]), running.task), start_s=-50.0)
+    assert sched.cluster.free_gpus_total == 2 and sched.state["r"] is JobState.RUNNING
+    sched.submit(job("w", gpus=4), 0.0)
+    decision = sched.cycle(100_000.0)  # r has crossed the LAS thresholds by now: w preempts it
+    assert decision.preemptions == ["r"] and [j.id for j, _ in decision.starts] == ["w"]
+    with pytest.raises(ValueError, match="already known"):
+        sched.adopt(job("w", gpus=4), Allocation(np.array([0]), np.array([1]), running.task), start_s=0.0)

@@ -177,6 +177,22 @@ class Scheduler:
         self.jobs[job.id] = job
         self._enqueue(job, now_s)
 
+    def adopt(self, job: Job, alloc: Allocation, start_s: float, executed_s: float = 0.0,
+              attained_gpu_s: float = 0.0) -> None:
+        """Take in a job that is already running on `alloc` since `start_s` (a live service re-adopting its tasks
+        after a restart): its resources are booked and it is treated like a job a cycle started. `executed_s` and
+        `attained_gpu_s` are what it had to its credit before this run."""
+        if job.id in self.jobs and self.state.get(job.id) is not JobState.PENDING:
+            raise ValueError(f"job {job.id!r} is already known as {self.state[job.id]}")
+        if job.id in self._queue:
+            self._dequeue(job.id)
+        self._held.discard(job.id)
+        self.cluster.allocate(alloc)
+        self.jobs[job.id] = job
+        self.state[job.id] = JobState.RUNNING
+        self.running[job.id] = RunningJob(job, alloc, start_s, executed_s, attained_gpu_s)
+        self._dirty = True
+
     def stopped(self, job_id: str, now_s: float, state: JobState, executed_s: float | None = None,
                 enqueue: bool = True) -> None:
         """A running job's attempt ended. `state` is COMPLETED, FAILED or CANCELLED for a terminal end, or PENDING

@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
-from trimtab.framework import Profile, Registry, RunningJob
+from trimtab.framework import Profile, Registry
 from trimtab.model import Job, JobState, Resources
 from trimtab.plugins import default_registry
 from trimtab.scheduler import Scheduler
@@ -268,11 +268,7 @@ class Daemon:
                 self.executor.stop(live.run_id, 0.0)
             self._never_started.extend(never)
             return False
-        self.scheduler.jobs[job.id] = job
-        self.scheduler.state[job.id] = JobState.RUNNING
-        # The Scheduler has no public way to take in a job that is already running; see docs/serve.md.
-        self.scheduler.running[job.id] = RunningJob(job, alloc, min(r.start_s for r in runs), 0.0, 0.0)
-        self.cluster.allocate(alloc)
+        self.scheduler.adopt(job, alloc, min(r.start_s for r in runs))
         self.attempts[row.id] = att
         counts["running"] += 1
         if row.cancel_requested:
