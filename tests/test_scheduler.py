@@ -221,3 +221,36 @@ def test_adopt_takes_in_a_job_already_running() -> None:
     assert decision.preemptions == ["r"] and [j.id for j, _ in decision.starts] == ["w"]
     with pytest.raises(ValueError, match="already known"):
         sched.adopt(job("w", gpus=4), Allocation(np.array([0]), np.array([1]), running.task), start_s=0.0)
+
+
+def _las_run(aging: float | None, min_runtime_s: float = 600.0) -> dict:
+    """One 8-GPU node; a long 8-GPU job, then from t=1000 a stream of short 8-GPU jobs that alone keep the node
+    busy (one every 100 s, each 150 s)."""
+    from trimtab.sim.run import SimConfig, simulate
+
+    profile = Profile.load("las").model_copy(update={"args": {
+        "las": {"aging_slowdown": aging}, "lower-order": {"min_runtime_s": min_runtime_s}}})
+    jobs = [job("long", gpus=8, duration_s=5000.0)]
+    jobs += [job(f"s{i}", gpus=8, submit_s=1000.0 + 100 * i, duration_s=150.0) for i in range(300)]
+    run = simulate(nodes(1), jobs, profile, SimConfig(checkpoint_s=0.0, restart_s=0.0, timing=False))
+    return {r["id"]: r for r in run["jobs"]}
+
+
+def test_las_aging_bounds_the_slowdown_of_a_job_passed_over() -> None:
+    """Under plain LAS the long job, once demoted, waits for the whole stream; with aging it is in queue 0 again
+    whenever its time in the system reaches 3x its run time, and runs until it is back under."""
+    plain = _las_run(None)
+    aged = _las_run(3.0)
+    jct = {name: r["long"]["end"] - r["long"]["submit"] for name, r in (("plain", plain), ("aged", aged))}
+    assert jct["plain"] > 25_000  # the stream (300 x 150 s from t=1000) goes first
+    assert jct["aged"] <= 3.0 * 5000 + 1000  # about the slowdown bound, plus a short job's length
+    assert len(aged["long"]["runs"]) > 2  # it was preempted and came back, more than once
+    short_wait = [r["runs"][0]["start"] - r["submit"] for k, r in aged.items() if k != "long"]
+    assert max(short_wait) < 20_000  # the short jobs still go through
+
+
+def test_las_aging_is_validated() -> None:
+    from trimtab.plugins.order import Las
+
+    with pytest.raises(ValueError, match="above 1"):
+        Las(aging_slowdown=1.0)

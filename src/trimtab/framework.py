@@ -224,8 +224,9 @@ class Plugin:
     An `order` plugin whose key of a running job changes with time (LAS: attained service) says when through
     `key_expires_s`; the framework caches running jobs' keys until then and wakes the scheduler at that time.
 
-    `static_order` tells the framework the key of a pending job does not change while it waits (it may then keep
-    the queue sorted between cycles instead of sorting it every cycle).
+    `static_order` tells the framework the key of a pending job does not change while it waits, except at the
+    times `pending_key_expires_s` announces (it may then keep the queue sorted between cycles instead of sorting
+    it every cycle).
 
     `needs_usage` asks the framework to keep `ctx.usage` (what running jobs hold per tenant and queue) up to date,
     within a cycle too. `ctx.node_mask(job)` gives the nodes every filter allows (for plugins that plan ahead)."""
@@ -248,6 +249,11 @@ class Plugin:
     def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
         """When the order key of a running job will change (inf: never while it runs). The framework keeps the
         keys of running jobs until then, and wakes the scheduler at that time."""
+        return math.inf
+
+    def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
+        """When the order key of a waiting job will change (inf: never while it waits). The scheduler sorts the
+        job again at that time (and wakes up for it); between such times `static_order` must hold."""
         return math.inf
 
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
@@ -473,6 +479,12 @@ class Framework:
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
         return tuple([p.order_key(job, ctx) for p in self.order])
+
+    def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
+        expiry = math.inf
+        for plugin in self.order:
+            expiry = min(expiry, plugin.pending_key_expires_s(job, ctx))
+        return expiry
 
     def node_mask(self, job: Job, ctx: CycleContext) -> np.ndarray:
         """Nodes that every filter allows for `job`, whatever is free on them now."""

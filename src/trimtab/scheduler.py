@@ -7,6 +7,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import itertools
+import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -52,6 +53,9 @@ class ShapeQueue:
 
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._where
+
+    def seq_of(self, job_id: str) -> int:
+        return self._where[job_id][1][1]
 
     def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
         shape = self.shape(job)
@@ -166,6 +170,7 @@ class Scheduler:
         self._blocked: set[Shape] = set()
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
+        self._pending_expiry: list[tuple[float, int, str]] = []  # heap of (key change time, queue seq, job id)
 
     # -------------------------------------------------------------------------------------------- events
 
@@ -295,6 +300,8 @@ class Scheduler:
         """Run one scheduling cycle at `now_s` and book its starts and preemptions."""
         if self._drainers:
             self._update_drains(now_s)
+        if self._pending_expiry and self._pending_expiry[0][0] <= now_s:
+            self._rekey_waiting(now_s)
         if self._wake_s is not None and now_s >= self._wake_s:
             self.changed()  # keys or time-bound answers may differ now
         if not self._dirty:
@@ -330,6 +337,11 @@ class Scheduler:
             self._enqueue(run.job, now_s)
 
         decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt, unit_of)
+        heap = self._pending_expiry
+        while heap and heap[0][2] not in self._queue:
+            heapq.heappop(heap)  # stale: that job started or was cancelled
+        if heap and (decision.wake_s is None or heap[0][0] < decision.wake_s):
+            decision.wake_s = heap[0][0]
         self._wake_s = decision.wake_s
         self._dirty = False
         # A blocked shape stays blocked while nothing is released: fewer free GPUs cannot help it. Not so after a
@@ -364,6 +376,26 @@ class Scheduler:
         return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
                             self.prior_executed_s, self.rng, history=self.history)
 
+    def _rekey_waiting(self, now_s: float) -> None:
+        """Waiting jobs whose order key changes now (a plugin's `pending_key_expires_s`) are sorted again."""
+        heap, ctx = self._pending_expiry, self.context(now_s)
+        while heap and heap[0][0] <= now_s:
+            _, seq, job_id = heapq.heappop(heap)
+            if job_id not in self._queue or self._queue.seq_of(job_id) != seq:
+                continue  # stale: it started, was cancelled or queued again since
+            job = self.jobs[job_id]
+            self._queue.remove(job_id)
+            key = self.framework.order_key(job, ctx) if self.framework.static_order else ()
+            self._queue.add(job, key, seq)
+            self._note_key_expiry(job, seq, ctx)
+            self._blocked.discard(self._queue.shape(job))
+            self._dirty = True
+
+    def _note_key_expiry(self, job: Job, seq: int, ctx: CycleContext) -> None:
+        expiry = self.framework.pending_key_expires_s(job, ctx)
+        if expiry < math.inf:
+            heapq.heappush(self._pending_expiry, (expiry, seq, job.id))
+
     def pending(self) -> list[Job]:
         """Pending jobs in queue order (for a static order) or arrival order."""
         return list(_PendingView(self))
@@ -372,8 +404,11 @@ class Scheduler:
 
     def _enqueue(self, job: Job, now_s: float) -> None:
         self.state[job.id] = JobState.PENDING
-        key = self.framework.order_key(job, self.context(now_s)) if self.framework.static_order else ()
-        self._queue.add(job, key, next(self._seq))
+        ctx = self.context(now_s)
+        key = self.framework.order_key(job, ctx) if self.framework.static_order else ()
+        seq = next(self._seq)
+        self._queue.add(job, key, seq)
+        self._note_key_expiry(job, seq, ctx)
         self._blocked.discard(self._queue.shape(job))  # it may go before the head that was blocked (or preempt for it)
         self._dirty = True
 

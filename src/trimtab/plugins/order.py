@@ -50,20 +50,40 @@ class Srtf(Plugin):
 class Las(Plugin):
     """Discretised least-attained-service (Tiresias 2D-LAS): a job's queue is the number of thresholds its attained
     service (GPUs x seconds run, over all its runs) has passed. Queue 0 first; the `fifo` plugin after it in the
-    profile orders jobs inside a queue. With thresholds (3250, 7200) there are three queues."""
+    profile orders jobs inside a queue. With thresholds (3250, 7200) there are three queues.
+
+    `aging_slowdown` (None: off; > 1) is aging against starvation: a job whose time since submission has reached
+    `aging_slowdown` times the run time it has to its credit is in queue 0, waiting or running, until it has run
+    enough to be back under. A long job demoted to the last queue thus cannot be passed over for ever: its slowdown
+    stays near `aging_slowdown` at worst, as long as the aged jobs together fit the cluster."""
 
     _EPS_GPU_S: ClassVar[float] = 1e-6  # crossing times are computed, so forgive rounding at the boundary
+    _EPS_S: ClassVar[float] = 1e-6
 
-    def __init__(self, thresholds_gpu_s: Sequence[float] = (3250.0, 7200.0)) -> None:
+    def __init__(self, thresholds_gpu_s: Sequence[float] = (3250.0, 7200.0),
+                 aging_slowdown: float | None = None) -> None:
         self.thresholds_gpu_s = sorted(float(t) for t in thresholds_gpu_s)
         if any(t <= 0 for t in self.thresholds_gpu_s):
             raise ValueError("las thresholds_gpu_s must be positive")
+        if aging_slowdown is not None and aging_slowdown <= 1:
+            raise ValueError("las aging_slowdown must be above 1 (or null: no aging)")
+        self.aging_slowdown = aging_slowdown
 
     def queue_of(self, attained_gpu_s: float) -> int:
         return bisect.bisect_right(self.thresholds_gpu_s, attained_gpu_s + self._EPS_GPU_S)
 
+    def _aged(self, job: Job, ctx: CycleContext) -> bool:
+        return (self.aging_slowdown is not None
+                and ctx.now_s - job.submit_s + self._EPS_S >= self.aging_slowdown * ctx.executed_s(job.id))
+
     def order_key(self, job: Job, ctx: CycleContext) -> int:
-        return self.queue_of(ctx.attained_gpu_s(job.id))
+        level = self.queue_of(ctx.attained_gpu_s(job.id))
+        return 0 if level and self._aged(job, ctx) else level
+
+    def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
+        if self.aging_slowdown is None or self._aged(job, ctx) or not self.queue_of(ctx.attained_gpu_s(job.id)):
+            return math.inf
+        return job.submit_s + self.aging_slowdown * ctx.executed_s(job.id)  # its run time stays put while it waits
 
     def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
         run = ctx.running.get(job.id)
@@ -71,9 +91,15 @@ class Las(Plugin):
             return math.inf
         attained = ctx.attained_gpu_s(job.id)
         level = self.queue_of(attained)
-        if level >= len(self.thresholds_gpu_s):
-            return math.inf
-        return ctx.now_s + (self.thresholds_gpu_s[level] - attained) / run.alloc.gpus
+        expiry = math.inf
+        if level < len(self.thresholds_gpu_s):
+            expiry = ctx.now_s + (self.thresholds_gpu_s[level] - attained) / run.alloc.gpus
+        if level and self.aging_slowdown is not None and self._aged(job, ctx):
+            # aged while it runs until t - submit = a x (executed now + t - now): its run time grows faster
+            a = self.aging_slowdown
+            ends_s = (a * (ctx.now_s - ctx.executed_s(job.id)) - job.submit_s + self._EPS_S) / (a - 1)
+            expiry = min(expiry, max(ends_s, ctx.now_s + 1.0))  # a second at least: no refresh loop at the edge
+        return expiry
 
 
 class Qssf(Plugin):
