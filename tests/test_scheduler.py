@@ -223,13 +223,14 @@ def test_adopt_takes_in_a_job_already_running() -> None:
         sched.adopt(job("w", gpus=4), Allocation(np.array([0]), np.array([1]), running.task), start_s=0.0)
 
 
-def _las_run(aging: float | None, min_runtime_s: float = 600.0) -> dict:
+def _las_run(aging: float | None, min_runtime_s: float = 600.0, max_evictions: int | None = None) -> dict:
     """One 8-GPU node; a long 8-GPU job, then from t=1000 a stream of short 8-GPU jobs that alone keep the node
     busy (one every 100 s, each 150 s)."""
     from trimtab.sim.run import SimConfig, simulate
 
     profile = Profile.load("las").model_copy(update={"args": {
-        "las": {"aging_slowdown": aging}, "lower-order": {"min_runtime_s": min_runtime_s}}})
+        "las": {"aging_slowdown": aging},
+        "lower-order": {"min_runtime_s": min_runtime_s, "max_evictions": max_evictions}}})
     jobs = [job("long", gpus=8, duration_s=5000.0)]
     jobs += [job(f"s{i}", gpus=8, submit_s=1000.0 + 100 * i, duration_s=150.0) for i in range(300)]
     run = simulate(nodes(1), jobs, profile, SimConfig(checkpoint_s=0.0, restart_s=0.0, timing=False))
@@ -254,3 +255,13 @@ def test_las_aging_is_validated() -> None:
 
     with pytest.raises(ValueError, match="above 1"):
         Las(aging_slowdown=1.0)
+
+
+def test_lower_order_eviction_cap() -> None:
+    """With aging the long job comes back again and again and is evicted each time; capped at one eviction, it
+    runs to the end once it is back."""
+    uncapped = _las_run(3.0)["long"]
+    capped = _las_run(3.0, max_evictions=1)["long"]
+    assert uncapped["preemptions"] > 1
+    assert capped["preemptions"] == 1 and len(capped["runs"]) == 2
+    assert capped["end"] < uncapped["end"]

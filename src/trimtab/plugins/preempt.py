@@ -7,7 +7,7 @@ when a gang is blocked by fragmentation)."""
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 import numpy as np
 
@@ -39,14 +39,19 @@ def _fewest_victims(job: Job, ctx: CycleContext, candidates: Iterable[str]) -> l
 class LowerOrder(Plugin):
     """Victims are running jobs ordered strictly after the job by the first `key_depth` parts of the profile's
     order key (worst first). With `[las, fifo]` and depth 1, a job preempts only jobs in a lower LAS queue, never
-    one of its own queue (as in Tiresias). A job that started less than `min_runtime_s` ago is spared, so a job is
-    not stopped before it got anything done."""
+    one of its own queue (as in Tiresias). Anti-thrash guards: a job that started less than `min_runtime_s` ago is
+    spared, so a job is not stopped before it got anything done; a job already evicted `max_evictions` times (None:
+    no cap) is not evicted again."""
 
-    def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1) -> None:
+    def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None) -> None:
         if key_depth < 1:
             raise ValueError("key_depth must be >= 1")
+        if max_evictions is not None and max_evictions < 0:
+            raise ValueError("max_evictions must be >= 0 (or null: no cap)")
         self.min_runtime_s = float(min_runtime_s)
         self.key_depth = key_depth
+        self.max_evictions = max_evictions
+        self.evictions: dict[str, int] = {}
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
@@ -54,9 +59,21 @@ class LowerOrder(Plugin):
         ranked = ctx.running_ranked  # ascending: jobs ordered after `key` form its tail
         first = bisect.bisect_right(ranked, key, key=lambda entry: entry[0][:depth])
         now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
-        worst_first = (ranked[i][2] for i in range(len(ranked) - 1, first - 1, -1)
-                       if now_s - ranked[i][1] >= min_runtime_s)
-        return _fewest_victims(job, ctx, worst_first)
+        cap, evictions = self.max_evictions, self.evictions
+
+        def worst_first() -> Iterator[str]:
+            for i in range(len(ranked) - 1, first - 1, -1):
+                _, start_s, jid = ranked[i]
+                if now_s - start_s >= min_runtime_s and (cap is None or evictions.get(jid, 0) < cap):
+                    yield jid
+
+        return _fewest_victims(job, ctx, worst_first())
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        if self.max_evictions is not None:
+            for victim in decision.preemptions:
+                self.evictions[victim] = self.evictions.get(victim, 0) + 1
+        return None
 
 
 class LowerPriority(Plugin):
