@@ -58,14 +58,14 @@ def test_demo_writes_the_report(tmp_path):
     result = runner.invoke(app, ["demo", "--out-dir", str(tmp_path / "rep")])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "rep" / "index.html").exists()
-    for name in ("fifo", "fifo-backfill", "sjf", "srtf", "las", "priority"):
+    for name in ("steady", "fifo", "fifo-backfill", "sjf", "srtf", "las", "qssf", "drf", "priority"):
         assert name in result.output
 
 
 def test_policies_lists_the_builtins():
     result = runner.invoke(app, ["policies"])
     assert result.exit_code == 0
-    for name in ("fifo", "fifo-backfill", "sjf", "srtf", "las", "priority"):
+    for name in ("steady", "fifo", "fifo-backfill", "sjf", "srtf", "las", "qssf", "drf", "priority"):
         assert name in result.output
 
 

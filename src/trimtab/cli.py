@@ -26,7 +26,7 @@ console = Console(width=None if sys.stdout.isatty() else 200)
 
 DEMO_CLUSTER = "2r8x8"
 DEMO_WORKLOAD = "synthetic:jobs=3000,seed=1,load=0.9"
-DEMO_POLICIES = "fifo,fifo-backfill,sjf,srtf,las,priority"
+DEMO_POLICIES = "steady,fifo,fifo-backfill,sjf,srtf,las,qssf,drf,priority"
 
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Shape (56x8, 4x8:v100, 7r8x8), YAML or spec file.")]
 WorkloadOpt = Annotated[str, typer.Option(
@@ -111,7 +111,8 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
 
 @app.command("simulate")
 def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
-                 policy: Annotated[str, typer.Option("--policy", "-p", help="Built-in name or profile YAML.")] = "las",
+                 policy: Annotated[str, typer.Option("--policy", "-p",
+                                                     help="Built-in name or profile YAML.")] = "steady",
                  seed: SeedOpt = 0, out: Annotated[Path | None, typer.Option(help="Write the run as JSON.")] = None,
                  checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0, window_s: WindowOpt = 3600.0,
                  timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
@@ -230,7 +231,7 @@ def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files writte
 
 @app.command("tune")
 def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
-             policy: Annotated[str, typer.Option("--policy", "-p", help="The profile to tune.")] = "las",
+             policy: Annotated[str, typer.Option("--policy", "-p", help="The profile to tune.")] = "steady",
              objective: Annotated[str, typer.Option(help="Metrics to lower (or raise, for utilisation and "
                                                          "fairness), comma-separated.")] = "p99_jct_s,goodput_cv",
              budget: Annotated[int, typer.Option(help="Candidates to try.")] = 16,

@@ -104,7 +104,7 @@ def register(app: typer.Typer) -> None:
                                                     "postgresql+psycopg://user:pw@host/db.")] = None,
         gpus: Annotated[int | None, typer.Option(help="Declare N virtual GPUs instead of discovering them.")] = None,
         cluster: Annotated[str | None, typer.Option(help="Cluster shape or file: virtual nodes and GPUs.")] = None,
-        policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "fifo-backfill",
+        policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "steady",
         host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
         port: Annotated[int, typer.Option(help="Port to bind.")] = 8470,
         grace_s: Annotated[float, typer.Option("--grace-s", help="SIGTERM-to-SIGKILL delay of a stop.")] = 10.0,

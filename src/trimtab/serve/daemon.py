@@ -46,7 +46,7 @@ class ServeConfig:
     db_url: str | None = None
     gpus: int | None = None
     cluster: str | None = None
-    policy: str = "fifo-backfill"
+    policy: str = "steady"
     host: str = "127.0.0.1"
     port: int = DEFAULT_PORT
     grace_s: float = 10.0

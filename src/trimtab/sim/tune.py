@@ -20,7 +20,7 @@ from trimtab.sim.run import SimConfig, simulate
 
 HIGHER_IS_BETTER = frozenset({"jobs_completed", "gpu_util", "cpu_util", "mem_util", "backlogged_util",
                               "fairness_jain", "decisions_per_s"})
-_SKIP_KEYS = frozenset({"name", "description"})
+_SKIP_KEYS = frozenset({"name", "description", "consolidate_window_s", "consolidate_max_jobs"})  # not policy: cost
 
 
 @dataclass(frozen=True, slots=True)
