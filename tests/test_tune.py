@@ -46,3 +46,12 @@ def test_a_small_search_gives_a_profile_that_loads_back(tmp_path):
     path = tmp_path / "tuned.yaml"
     path.write_text(yaml.safe_dump(result["tuned_profile"]))
     assert Profile.load(path).name == "las-tuned"
+
+
+def test_steady_knobs_leave_the_structure_alone() -> None:
+    from trimtab.framework import Profile
+    from trimtab.sim.tune import knobs
+
+    paths = {k.path for k in knobs(Profile.load("steady"))}
+    assert ("args", "lower-order", "min_runtime_s") in paths and ("args", "las", "thresholds_gpu_s", 1) in paths
+    assert not any("key_depth" in p or "consolidate_window_s" in p for p in paths)

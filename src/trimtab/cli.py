@@ -239,6 +239,7 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
                                                             "rest is held out.")] = 0.7,
              out: Annotated[Path, typer.Option(help="Where the tuned profile (YAML) goes.")] = Path("tuned.yaml"),
              seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
+             faults: FaultsOpt = "", load: LoadOpt = 1.0,
              workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
              ray: Annotated[str | None, typer.Option("--ray", help="Run the simulations as tasks on the Ray "
                                                                    "cluster at this address.")] = None,
@@ -259,7 +260,11 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
         base = Profile.load(policy)
     except (ValueError, OSError) as exc:
         _fail(str(exc))
-    config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, timing=False)
+    try:
+        config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, timing=False, faults=faults,
+                           load=load)
+    except (ValueError, OSError) as exc:
+        _fail(str(exc))
     with console.status(f"tuning {base.name}: {budget} candidates on {len(jobs)} jobs..."):
         try:
             result = tune(nodes, jobs, base, metrics, budget, config, seed=seed, tune_share=tune_share,

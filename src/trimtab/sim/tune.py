@@ -21,6 +21,7 @@ from trimtab.sim.run import SimConfig, simulate
 HIGHER_IS_BETTER = frozenset({"jobs_completed", "gpu_util", "cpu_util", "mem_util", "backlogged_util",
                               "fairness_jain", "decisions_per_s"})
 _SKIP_KEYS = frozenset({"name", "description", "consolidate_window_s", "consolidate_max_jobs"})  # not policy: cost
+_STRUCTURE_ARGS = frozenset({"key_depth"})  # plugin arguments that say how the profile is built, not how much
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +44,7 @@ def knobs(profile: Profile) -> list[Knob]:
             found.append(Knob(path, float(node), isinstance(node, int)))
         elif isinstance(node, dict):
             for key, value in node.items():
-                if not (len(path) == 0 and key in _SKIP_KEYS):
+                if not (len(path) == 0 and key in _SKIP_KEYS) and key not in _STRUCTURE_ARGS:
                     walk(value, (*path, key))
         elif isinstance(node, list):
             for i, value in enumerate(node):
