@@ -7,6 +7,7 @@ when a gang is blocked by fragmentation)."""
 from __future__ import annotations
 
 import bisect
+import math
 from collections.abc import Iterable, Iterator
 
 import numpy as np
@@ -52,6 +53,10 @@ class LowerOrder(Plugin):
         self.key_depth = key_depth
         self.max_evictions = max_evictions
         self.evictions: dict[str, int] = {}
+        self._guard_ends_s = math.inf  # when the first job spared by min_runtime_s in this cycle may be a victim
+
+    def open(self, ctx: CycleContext) -> None:
+        self._guard_ends_s = math.inf
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
@@ -64,8 +69,12 @@ class LowerOrder(Plugin):
         def worst_first() -> Iterator[str]:
             for i in range(len(ranked) - 1, first - 1, -1):
                 _, start_s, jid = ranked[i]
-                if now_s - start_s >= min_runtime_s and (cap is None or evictions.get(jid, 0) < cap):
+                if cap is not None and evictions.get(jid, 0) >= cap:
+                    continue
+                if now_s - start_s >= min_runtime_s:
                     yield jid
+                else:  # spared for now: the scheduler must look again when the guard ends
+                    self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
 
         return _fewest_victims(job, ctx, worst_first())
 
@@ -73,7 +82,7 @@ class LowerOrder(Plugin):
         if self.max_evictions is not None:
             for victim in decision.preemptions:
                 self.evictions[victim] = self.evictions.get(victim, 0) + 1
-        return None
+        return self._guard_ends_s if self._guard_ends_s < math.inf else None
 
 
 class LowerPriority(Plugin):
