@@ -21,7 +21,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--trace", default=os.environ.get("TRIMTAB_PHILLY", str(DEFAULT_TRACE)))
     parser.add_argument("--cluster", default="7r8x8")
-    parser.add_argument("--policies", default="fifo,fifo-backfill,sjf,srtf,las,priority")
+    parser.add_argument("--policies", default="steady,fifo-backfill,sjf,srtf,las,qssf")
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
     t0 = time.perf_counter()
