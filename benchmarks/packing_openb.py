@@ -1,6 +1,8 @@
 """Benchmark: one seed of the FGD paper's packing experiment on openb (130% of GPU capacity), one policy.
 
-Prints one JSON line: wall time, pods, failed pods, allocation ratio at 100% and at the end."""
+Prints one JSON line: wall time, pods, failed pods, allocation ratio at 100% and at the end. With
+`--write-variants DIR` it instead writes the pod lists derived from the default one that docs/placement.md
+measures steady-pack on (Alibaba's own variants are not in the shared traces), always the same files."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from trimtab.sim.packing import run_packing
+from trimtab.sim.packing import run_packing, write_openb_variants
 from trimtab.spec.cluster import load_cluster
 from trimtab.spec.traces import load_trace
 
@@ -25,7 +27,12 @@ def main() -> None:
     parser.add_argument("--inflate", type=float, default=1.3)
     parser.add_argument("--pods", default=str(CSV / "openb_pod_list_default.csv"))
     parser.add_argument("--nodes", default=str(CSV / "openb_node_list_all_node.csv"))
+    parser.add_argument("--write-variants", metavar="DIR", help="write the derived pod lists into DIR and stop")
     args = parser.parse_args()
+    if args.write_variants:
+        for path in write_openb_variants(Path(args.pods), Path(args.nodes), Path(args.write_variants)):
+            print(path)
+        return
     t0 = time.perf_counter()
     nodes = load_cluster(f"openb:{args.nodes}")
     pods = load_trace(f"openb:{args.pods}")

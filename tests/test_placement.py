@@ -114,18 +114,77 @@ def test_fgd_scores_as_the_paper_and_places_the_share_on_the_gpu_that_scored():
     assert alloc.nodes.tolist() == [0] and alloc.gpu_idx.tolist() == [0]
 
 
-def test_steady_pack_counts_gpus_its_cpu_cannot_feed():
-    """With CPU-hungry GPU requests in the target, a node whose CPU is nearly gone has its idle GPUs counted as
-    stranded: steady-pack sends a CPU-only job to the CPU-only node, where FGD sees no difference."""
-    state = ClusterState([Node("g", Resources(4, 40_000, 1 << 20), gpu_model="G2"),
-                          Node("c", Resources(0, 40_000, 1 << 20))])
-    target = TargetWorkload([(8_000, 1, 1000, ()), (8_000, 0, 0, ())], [0.8, 0.2])
-    job = Job("j", 0.0, 1, Resources(cpu_milli=16_000))
+# Where steady-pack departs from FGD, one case per rule of docs/placement.md: nodes (name, GPUs, CPU milli, model),
+# the target workload (kinds, weights), the request, the node FGD scores strictly higher (None: a tie) and the node
+# steady-pack scores strictly higher.
+STEADY_PACK_CASES = {
+    # CPU-hungry GPU requests in the target: the GPU node's CPU is worth keeping for its GPUs
+    "cpu: a CPU-only job leaves the GPU node's CPU to its GPUs": (
+        [("g", 4, 40_000, "G2"), ("c", 0, 40_000, "")],
+        ([(8_000, 1, 1000, ()), (8_000, 0, 0, ())], [0.8, 0.2]),
+        Resources(cpu_milli=16_000), None, "c"),
+    # FGD counts the V100 node's GPUs as fragmented for the G2-only kind, so it spends them on a request that could
+    # go anywhere, and the 2-GPU V100-only kind no longer fits there
+    "models: kinds constrained elsewhere do not make a node fragmented": (
+        [("v", 2, 64_000, "V100M16"), ("g", 2, 64_000, "G2")],
+        ([(4_000, 1, 1000, ()), (4_000, 1, 1000, ("G2",)), (4_000, 2, 1000, ("V100M16",))], [0.3, 0.5, 0.2]),
+        Resources(gpus=1, cpu_milli=4_000), "v", "g"),
+    # half the GPU demand may use only V100, which has 2 of the 10 GPUs (r = 2.5): its free GPUs are protected;
+    # without that rule the two nodes tie for steady-pack (and the V100 node wins on the node order)
+    "models: an over-subscribed model is kept for the requests that can only use it": (
+        [("v", 2, 64_000, "V100M16"), ("g", 8, 64_000, "G2")],
+        ([(4_000, 1, 1000, ()), (4_000, 1, 1000, ("V100M16",))], [0.5, 0.5]),
+        Resources(gpus=1, cpu_milli=4_000), "g", "g"),
+}
+
+
+@pytest.mark.parametrize("case", list(STEADY_PACK_CASES))
+def test_where_steady_pack_departs_from_fgd(case):
+    specs, target, task, fgd_best, steady_best = STEADY_PACK_CASES[case]
+    state = ClusterState([Node(name, Resources(gpus, cpu, 1 << 20), gpu_model=model)
+                          for name, gpus, cpu, model in specs])
     ctx = CycleContext(0.0, state, (), {}, {}, {}, np.random.default_rng(0))
-    fgd = PLUGINS["fgd"](target=target).score(job, ctx)
-    steady = PLUGINS["steady-pack"](target=target).score(job, ctx)
-    assert fgd[0] == fgd[1]
-    assert steady[1] > steady[0]
+    job = Job("j", 0.0, 1, task)
+    names = [name for name, *_ in specs]
+    for policy, best in (("fgd", fgd_best), ("steady-pack", steady_best)):
+        score = PLUGINS[policy](target=TargetWorkload(*target)).score(job, ctx)
+        if best is None:
+            assert score[0] == score[1], policy
+        else:
+            other = 1 - names.index(best)
+            assert score[names.index(best)] > score[other], policy
+
+
+def test_a_states_fragmentation_does_not_depend_on_the_batch_it_is_computed_in():
+    """The cache recomputes a few nodes at a time, in batches of varying size: with job counts as weights the sum is
+    exact, so a node's value (and the integer score cut from it) never moves with the batch."""
+    rng = np.random.default_rng(5)
+    size = rng.integers(0, 3, 3000)
+    cpu_milli = rng.zipf(1.5, 3000) % 64 * 1000
+    share = rng.integers(1, 100, 3000) * 10
+    jobs = [Job(f"j{i}", 0.0, 1, Resources(gpus=int(g), cpu_milli=int(c)) if g else
+                Resources(gpu_milli=int(m), cpu_milli=int(c)))
+            for i, (g, c, m) in enumerate(zip(size, cpu_milli, share, strict=True))]
+    target = TargetWorkload.from_jobs(jobs, popular=1.0)  # about 700 kinds
+    gpu = rng.integers(0, 1001, (500, 8))
+    cpu = rng.integers(0, 65, 500) * 1000
+    ok = np.ones((500, len(target.kinds)), dtype=bool)
+    whole = target.frag_milli(cpu, gpu, ok)
+    one_by_one = np.concatenate([target.frag_milli(cpu[i:i + 1], gpu[i:i + 1], ok[i:i + 1]) for i in range(500)])
+    assert np.array_equal(whole, one_by_one)
+
+
+def test_oversubscription_counts_the_constrained_jobs_the_popularity_cut_drops():
+    """5% of the jobs may use only the V100 node, which has 1 of the 40 GPUs: r = 0.05 / 0.025 = 2, weight 1,
+    although their kind is below FGD's 95% cut."""
+    jobs = [Job(f"a{i}", 0.0, 1, Resources(gpus=1)) for i in range(95)]
+    jobs += [Job(f"v{i}", 0.0, 1, Resources(gpus=1), gpu_models=("V100",)) for i in range(5)]
+    target = TargetWorkload.from_jobs(jobs)
+    assert [k[3] for k in target.kinds] == [()]
+    state = ClusterState([Node("v", Resources(1, 8_000, 1 << 20), gpu_model="V100"),
+                          Node("g", Resources(39, 8_000, 1 << 20), gpu_model="G2"),
+                          Node("c", Resources(0, 8_000, 1 << 20))])
+    assert target.oversubscription(state).tolist() == pytest.approx([1.0, 0.0, 0.0])
 
 
 def test_ties_go_to_the_first_node_of_a_fixed_seeded_order():

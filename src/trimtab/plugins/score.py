@@ -206,30 +206,54 @@ class QosIsolation(Plugin):
 # --------------------------------------------------------------------------------------- fragmentation (FGD)
 
 
+Kind = tuple[int, int, int, tuple[str, ...]]
+
+
+def _constrained_share(counts: Iterable[tuple[Kind, float]]) -> dict[tuple[str, ...], float]:
+    """Share of the GPU milli asked for by `counts` (kind, weight) that is constrained to each set of GPU models."""
+    total, by_set = 0.0, {}
+    for (_, count, milli, models), weight in counts:
+        demand = weight * count * milli
+        total += demand
+        if models and demand:
+            key = tuple(sorted(set(models)))
+            by_set[key] = by_set.get(key, 0.0) + demand
+    return {k: v / total for k, v in by_set.items()} if total else {}
+
+
 class TargetWorkload:
     """The workload a node's fragmentation is measured against: request kinds with their probabilities.
 
     Kind k asks for `cpu_milli[k]`, `count[k]` GPUs of `milli[k]` milli each (count 0: CPU only), on any model in
     `models[k]` (empty: any). Built from jobs by `from_jobs`, which keeps the most popular kinds that together
-    make up `popular` of the jobs (the FGD authors keep 95%) and renormalises."""
+    make up `popular` of the jobs (the FGD authors keep 95%) and renormalises. `constrained_share` maps each set of
+    GPU models to the share of the workload's GPU milli that may use only those models, from every job (the cut
+    drops most constrained kinds, each rare on its own); by default it is computed from the kinds."""
 
-    def __init__(self, kinds: Sequence[tuple[int, int, int, tuple[str, ...]]], weights: Sequence[float]) -> None:
+    def __init__(self, kinds: Sequence[Kind], weights: Sequence[float],
+                 constrained_share: Mapping[tuple[str, ...], float] | None = None) -> None:
         if not kinds:
             raise ValueError("a target workload needs at least one request kind")
         w = np.asarray(weights, dtype=float)
         self.kinds = list(kinds)
         self.p = w / w.sum()
+        # the measure sums integer milli times these weights, then divides once: with integer weights (job counts,
+        # as from_jobs gives) the sum is exact, so a state's value does not depend on the batch it is computed in
+        self._weight, self._weight_total = w, float(w.sum())
         self.cpu_milli = np.array([k[0] for k in kinds], dtype=np.int64)
         self.count = np.array([k[1] for k in kinds], dtype=np.int64)
         self.milli = np.array([k[2] for k in kinds], dtype=np.int64)
         self.models = [k[3] for k in kinds]
+        self.constrained = any(self.models)
         gpu = self.count > 0
         gpu_milli = float((self.p[gpu] * self.count[gpu] * self.milli[gpu]).sum())
         # the workload's own CPU per milli-GPU, over its GPU requests (0 when it asks for no GPU)
         self.cpu_per_gpu_milli = float((self.p[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli else 0.0
+        self.constrained_share = dict(constrained_share) if constrained_share is not None \
+            else _constrained_share(zip(self.kinds, self.p, strict=True))
 
     @staticmethod
-    def kind_of(task: Resources, models: tuple[str, ...] = ()) -> tuple[int, int, int, tuple[str, ...]]:
+    def kind_of(task: Resources, models: tuple[str, ...] = ()) -> Kind:
         if task.gpus:
             return (task.cpu_milli, task.gpus, GPU_MILLI, models)
         if task.gpu_milli:
@@ -238,7 +262,7 @@ class TargetWorkload:
 
     @classmethod
     def from_jobs(cls, jobs: Iterable[Job], popular: float = 0.95) -> TargetWorkload:
-        counts: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
+        counts: dict[Kind, int] = {}
         for job in jobs:
             kind = cls.kind_of(job.task, tuple(job.gpu_models))
             counts[kind] = counts.get(kind, 0) + job.tasks
@@ -250,7 +274,7 @@ class TargetWorkload:
                 break
             kept.append((kind, n))
             cum += n
-        return cls([k for k, _ in kept], [n for _, n in kept])
+        return cls([k for k, _ in kept], [n for _, n in kept], _constrained_share(counts.items()))
 
     def model_ok(self, cluster: ClusterState) -> np.ndarray:
         """[kind, node]: the kind may use the node's GPU model."""
@@ -260,19 +284,40 @@ class TargetWorkload:
                 ok[k] = cluster.model_mask(models)
         return ok
 
-    def frag_milli(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model_ok: np.ndarray) -> np.ndarray:
+    def oversubscription(self, cluster: ClusterState) -> np.ndarray:
+        """Per node, how far the requests that may use only some GPU models over-subscribe the node's model:
+        max(0, r - 1), where r is the share of the workload's GPU milli constrained to that model over the model's
+        share of the cluster's GPU milli (a request allowed on several models is spread over them in proportion to
+        their GPUs). 0 for a model with room for all of its constrained demand, and on nodes without GPUs."""
+        capacity = cluster.cap_gpus.astype(float)
+        ratio = np.zeros(len(cluster))
+        for models, share in self.constrained_share.items():
+            on = cluster.model_mask(models)
+            if capacity[on].sum() > 0:
+                ratio[on] += share * capacity.sum() / capacity[on].sum()
+        return np.where(capacity > 0, np.maximum(ratio - 1.0, 0.0), 0.0)
+
+    def frag_milli(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model_ok: np.ndarray,
+                   other_models_count: bool = True) -> np.ndarray:
         """Expected fragmented GPU milli of node states (FGD's F_n(M)): for each kind, the free GPU milli it could
         not use on that node (all of it when the kind does not fit, by CPU, GPU count or model, or asks no GPU;
         else the GPUs with less free than it asks per GPU), weighted by the kind's probability.
 
+        With `other_models_count=False` a kind that may not use the node's GPU model adds nothing (instead of all
+        the free GPU milli): its requests go to other models, so they neither use nor waste this node.
         `cpu_left[b]`, `gpu_left[b, g]` and `model_ok[b, k]` describe B states; returns B values."""
         total = gpu_left.sum(axis=1)
         ge = gpu_left[:, None, :] >= self.milli[None, :, None]
         enough = ge.sum(axis=2) >= self.count[None, :]
         small = np.where(ge, 0, gpu_left[:, None, :]).sum(axis=2)
-        fits = enough & (cpu_left[:, None] >= self.cpu_milli[None, :]) & model_ok & (self.milli > 0)[None, :]
-        per_kind = np.where(fits, small, total[:, None])
-        return per_kind @ self.p
+        fits = enough & (cpu_left[:, None] >= self.cpu_milli[None, :]) & (self.milli > 0)[None, :]
+        if not self.constrained:  # every kind may use every node
+            per_kind = np.where(fits, small, total[:, None])
+        elif other_models_count:
+            per_kind = np.where(fits & model_ok, small, total[:, None])
+        else:
+            per_kind = np.where(fits, small, total[:, None]) * model_ok
+        return (per_kind @ self._weight) / self._weight_total
 
 
 _HASH = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB),
@@ -297,9 +342,10 @@ class _FragmentationPlacer(Plugin):
     def __init__(self, target: TargetWorkload | Sequence[Any] | None = None, popular: float = 0.95) -> None:
         self.popular = popular
         self.target = target if isinstance(target, TargetWorkload) or target is None else TargetWorkload(*target)
-        self._seen: dict[tuple[int, int, int, tuple[str, ...]], int] = {}
+        self._seen: dict[Kind, int] = {}
         self._caches: dict[tuple[Any, ...], _Cache] = {}
         self._model_ok: np.ndarray | None = None
+        self._node_weight: np.ndarray | None = None
         self._cluster: ClusterState | None = None
 
     # the target is the given workload, else the distribution of requests seen so far (learned online)
@@ -313,9 +359,14 @@ class _FragmentationPlacer(Plugin):
         ranked = sorted(self._seen.items(), key=lambda kv: (-kv[1], kv[0]))
         return TargetWorkload([k for k, _ in ranked], [v for _, v in ranked])
 
+    def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
+        """A per-node number that `node_value` may use besides the node's state (computed once per cluster)."""
+        return np.zeros(len(cluster))
+
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
-                   model_ok: np.ndarray) -> np.ndarray:
-        """The measure to keep low (per node state); the score is its decrease."""
+                   model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
+        """The measure to keep low (per node state; `node_weight` is `node_weight()` of the state's node); the score
+        is its decrease."""
         return target.frag_milli(cpu_left, gpu_left, model_ok)
 
     def to_score(self, delta: np.ndarray) -> np.ndarray:
@@ -329,6 +380,7 @@ class _FragmentationPlacer(Plugin):
             self._cluster = cluster
             self._caches.clear()
             self._model_ok = target.model_ok(cluster)
+            self._node_weight = self.node_weight(target, cluster)
         key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
         cache = self._caches.get(key)
         if cache is None:
@@ -342,7 +394,7 @@ class _FragmentationPlacer(Plugin):
 
     def _refresh(self, cache: _Cache, nodes: np.ndarray, task: Resources, target: TargetWorkload,
                  cluster: ClusterState) -> None:
-        assert self._model_ok is not None
+        assert self._model_ok is not None and self._node_weight is not None
         cpu = cluster.free_cpu_milli[nodes]
         rows = cluster.gpu_free_milli[nodes]
         ok = self._model_ok[:, nodes].T
@@ -362,8 +414,8 @@ class _FragmentationPlacer(Plugin):
         n_opt = options.shape[1]
         states = np.concatenate([rows[:, None, :], options], axis=1)  # option 0: as is
         cpus = np.concatenate([cpu[:, None], np.repeat((cpu - task.cpu_milli)[:, None], n_opt, axis=1)], axis=1)
-        values = self._values(target, cpus.reshape(-1), states.reshape(-1, width),
-                              np.repeat(ok, n_opt + 1, axis=0)).reshape(len(nodes), n_opt + 1)
+        values = self._values(target, cpus.reshape(-1), states.reshape(-1, width), np.repeat(ok, n_opt + 1, axis=0),
+                              np.repeat(self._node_weight[nodes], n_opt + 1)).reshape(len(nodes), n_opt + 1)
         scores = self.to_score(values[:, :1] - values[:, 1:])
         scores = np.where(feasible, scores, -1.0)
         best = np.argmax(scores, axis=1)  # the first of equals: lowest GPU index
@@ -371,17 +423,20 @@ class _FragmentationPlacer(Plugin):
         cache.gpu[nodes] = best if task.gpu_milli else -1
         cache.version[nodes] = cluster.version[nodes]
 
-    def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray,
+                node_weight: np.ndarray) -> np.ndarray:
         """The measure of many states, each distinct state computed once (states keyed by a 64-bit hash of the CPU
-        left, the sorted GPU left and the model mask; the measure does not depend on the order of GPUs)."""
+        left, the sorted GPU left, the model mask and the node weight; the measure does not depend on the order of
+        GPUs)."""
         gpu = np.sort(gpu, axis=1)
         with np.errstate(over="ignore"):
             key = cpu.astype(np.uint64) * _HASH[0]
             for g in range(gpu.shape[1]):
                 key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
             key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
+            key = key * _HASH[1] + node_weight.astype(np.float64).view(np.uint64)
         _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        out = self.node_value(target, cpu[first], gpu[first], ok[first])
+        out = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
         return out[inverse.reshape(-1)]
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
@@ -406,20 +461,35 @@ class Fgd(_FragmentationPlacer):
 
 
 class SteadyPack(_FragmentationPlacer):
-    """trimtab's packing policy: FGD's expected fragmentation, plus the GPU a node's CPU can no longer feed.
+    """trimtab's packing policy: FGD's expected fragmentation over the requests that may use the node, plus the GPU
+    a node's CPU can no longer feed.
 
     A GPU is only usable with CPU beside it, and the target workload says how much: its GPU requests bring
     `cpu_per_gpu_milli` CPU per milli-GPU on average (nothing fitted). A node's free GPU milli beyond what its free
     CPU can feed at that ratio counts as stranded, in FGD's unit; the task goes where fragmentation + stranded grows
     least, scored and tie-broken as FGD. FGD sees CPU only one request ahead (a node is "short of CPU" for a kind
     only once that kind no longer fits); steady-pack sees the whole mix, so CPU-hungry and CPU-only requests drift to
-    CPU-rich nodes before the CPU-poor ones run dry. See docs/placement.md."""
+    CPU-rich nodes before the CPU-poor ones run dry.
+
+    GPU models, two rules, both read off the target workload. (1) FGD counts every free GPU of a node as fragmented
+    for a request kind that may not use the node's model, so a model that many requests exclude (a small one, when
+    constraints favour the common model) looks fragmented and FGD fills it first with requests that could have gone
+    anywhere, using up the capacity that the requests constrained to it need. steady-pack measures a node only
+    against the kinds that may use it; a kind constrained elsewhere adds nothing there. (2) Where the requests
+    constrained to a model ask for a larger share of the workload than the model's share of the cluster (ratio
+    r > 1), the model cannot serve them all: its free GPU milli counts against the node's value by r - 1
+    (`TargetWorkload.oversubscription`), so taking it costs a request that could go elsewhere that much per milli.
+    Both vanish on a workload without model constraints. See docs/placement.md."""
+
+    def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
+        return target.oversubscription(cluster)
 
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
-                   model_ok: np.ndarray) -> np.ndarray:
-        frag = target.frag_milli(cpu_left, gpu_left, model_ok)
+                   model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
+        frag = target.frag_milli(cpu_left, gpu_left, model_ok, other_models_count=False)
+        free = gpu_left.sum(axis=1)
         feedable = cpu_left / max(target.cpu_per_gpu_milli, 1e-9)
-        return frag + np.maximum(0.0, gpu_left.sum(axis=1) - feedable)
+        return frag + np.maximum(0.0, free - feedable) - node_weight * free
 
 
 PLUGINS = {

@@ -1,12 +1,15 @@
 """The packing experiment of the FGD paper (Weng et al., ATC'23): pods arrive, never leave, or are skipped.
 
-Owns workload inflation, the allocation curve, the packing policies (Profiles) and the run over seeds and policies."""
+Owns workload inflation, the allocation curve, the packing policies (Profiles), the run over seeds and policies, and
+the pod lists derived from openb's default list that steady-pack is measured on."""
 
 from __future__ import annotations
 
+import csv
 import math
 import multiprocessing as mp
 import os
+import random
 import time
 from collections.abc import Sequence
 from concurrent.futures import ProcessPoolExecutor
@@ -163,6 +166,65 @@ def packing_experiment(nodes: Sequence[Node], pods: Sequence[Job], policies: Seq
             "wall_s_mean": round(float(np.mean([r["wall_s"] for r in mine])), 3),
         }
     return out
+
+
+OPENB_VARIANTS = ("cpu250", "gpushare80", "multigpu", "gpuspec33", "gpuspec33u")
+
+
+def write_openb_variants(pods_csv: Path, nodes_csv: Path, out_dir: Path) -> list[Path]:
+    """Write `out_dir/<variant>.csv` for OPENB_VARIANTS, sampled from the default pod list the way Alibaba derived its
+    lists (one RNG seeded 1, the variants drawn in this order, pods renamed openb-pod-00000..):
+
+    - cpu250: the default pods plus 1.5x as many CPU-only pods again, drawn from its CPU-only pods;
+    - gpushare80: each whole 1-GPU pod replaced, with probability 0.6, by one of its GPU-share pods;
+    - multigpu: each whole 1-GPU pod replaced, with probability 0.1, by one of its multi-GPU pods;
+    - gpuspec33: each GPU pod, with probability 0.33, constrained to a GPU model drawn in proportion to the GPUs
+      of each model (70%) or to two such models (30%);
+    - gpuspec33u: as gpuspec33 but each model drawn uniformly over the node list's GPU models, so the small models
+      get more constrained demand than they have GPUs (a stress test of protecting scarce models; not one of
+      Alibaba's lists)."""
+    with pods_csv.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    with nodes_csv.open(newline="") as f:
+        nodes = list(csv.DictReader(f))
+    header = list(rows[0])
+    rng = random.Random(1)
+    cpu_only = [r for r in rows if r["num_gpu"] == "0"]
+    shares = [r for r in rows if r["num_gpu"] == "1" and r["gpu_milli"] != "1000"]
+    multi = [r for r in rows if int(r["num_gpu"]) > 1]
+
+    def whole_one(r: dict[str, str]) -> bool:
+        return r["num_gpu"] == "1" and r["gpu_milli"] == "1000"
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    def write(name: str, pods: list[dict[str, str]]) -> None:
+        path = out_dir / f"{name}.csv"
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, header)
+            writer.writeheader()
+            for i, r in enumerate(pods):
+                writer.writerow({**r, "name": f"openb-pod-{i:05d}"})
+        written.append(path)
+
+    # the draws must stay in this order: the lists share one RNG
+    write("cpu250", rows + [rng.choice(cpu_only) for _ in range(int(1.5 * len(cpu_only)))])
+    write("gpushare80", [rng.choice(shares) if whole_one(r) and rng.random() < 0.6 else r for r in rows])
+    write("multigpu", [rng.choice(multi) if whole_one(r) and rng.random() < 0.1 else r for r in rows])
+    models = [n["model"] for n in nodes for _ in range(int(n["gpu"])) if n["model"]]
+
+    def constrain(r: dict[str, str], models: list[str]) -> dict[str, str]:
+        r = dict(r)
+        if r["num_gpu"] != "0" and rng.random() < 0.33:
+            model = rng.choice(models)
+            r["gpu_spec"] = model if rng.random() < 0.7 else f"{model}|{rng.choice(models)}"
+        return r
+
+    write("gpuspec33", [constrain(r, models) for r in rows])
+    distinct = sorted(set(models))
+    write("gpuspec33u", [constrain(r, distinct) for r in rows])
+    return written
 
 
 def parse_seeds(text: str) -> list[int]:
