@@ -57,3 +57,32 @@ def test_pods_without_a_duration_cannot_be_simulated(tmp_path):
     m.write_text(EXAMPLE.read_text().replace("annotations: {trimtab.io/duration: 8h}", "annotations: {}"))
     result = runner.invoke(app, ["simulate", "--manifests", str(m)])
     assert result.exit_code == 2 and "team-b/notebook" in result.output and "duration" in result.output
+
+
+def test_unused_reserved_capacity_is_reported(tmp_path):
+    """A reservation of 8 GPUs for team-a over 1 h to 3 h, and team-a asks for 2 of them: the other 6 stay unused
+    for the window, and the run says so (table and JSON)."""
+    m = tmp_path / "m.yaml"
+    m.write_text("""
+apiVersion: v1
+kind: Node
+metadata: {name: n0}
+status: {capacity: {nvidia.com/gpu: "8", cpu: "64", memory: 512Gi}}
+---
+apiVersion: trimtab.io/v1
+kind: Reservation
+metadata: {name: demo-day}
+spec: {gpus: 8, owner: {namespace: team-a}, start: 1h, end: 3h}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: a, namespace: team-a, annotations: {trimtab.io/duration: 4h, trimtab.io/submit-time: 1h}}
+spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}
+""")
+    out = tmp_path / "run.json"
+    result = runner.invoke(app, ["simulate", "--manifests", str(m), "--policy", "tenants", "--no-timing",
+                                 "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "reservation.demo-day.unused_gpu_s" in result.output
+    unused = json.loads(out.read_text())["reservations"]["unused_gpu_s"]["demo-day"]
+    assert unused == 6 * 7200

@@ -145,6 +145,8 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items()))
             continue
         table.add_row(key, "-" if value is None else str(value))
+    for name, gpu_s in result.get("reservations", {}).get("unused_gpu_s", {}).items():
+        table.add_row(f"reservation.{name}.unused_gpu_s", str(gpu_s))
     console.print(table)
     if out:
         _write_json(result, out)

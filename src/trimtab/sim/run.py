@@ -514,6 +514,10 @@ def simulate(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile | str,
     if world.data is not None:
         record["data"] = {"loads": world.data.loads, "loaded_gb": round(world.data.loaded_gb, 1),
                           "prefetches": world.data.prefetches}
+    unused = {name: round(gpu_s, 1) for plugin in world.scheduler.framework.plugins
+              for name, gpu_s in getattr(plugin, "unused_gpu_s", {}).items()}
+    if unused:  # operators' reservations: the reserved GPU-seconds their holders left unused
+        record["reservations"] = {"unused_gpu_s": unused}
     return record
 
 
