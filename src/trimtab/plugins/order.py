@@ -115,13 +115,17 @@ class Qssf(Plugin):
         self.default_s = float(default_s)
         self._seen = 0
         self._runs: dict[tuple[str, ...], deque[float]] = {}
+        self._predicted: dict[tuple[str, ...], float] = {}  # by a job's first key, until the history grows
 
     def _learn(self, ctx: CycleContext) -> None:
         history = ctx.history
+        if len(history) == self._seen:
+            return
         for job, run_s in history[self._seen:]:
             for key in self._keys(job):
                 self._runs.setdefault(key, deque(maxlen=self.window)).append(run_s)
         self._seen = len(history)
+        self._predicted.clear()
 
     @staticmethod
     def _keys(job: Job) -> tuple[tuple[str, ...], ...]:
@@ -129,11 +133,12 @@ class Qssf(Plugin):
 
     def predict_s(self, job: Job, ctx: CycleContext) -> float:
         self._learn(ctx)
-        for key in self._keys(job):
-            runs = self._runs.get(key)
-            if runs:
-                return float(median(runs))
-        return self.default_s
+        keys = self._keys(job)
+        predicted = self._predicted.get(keys[0])
+        if predicted is None:
+            runs = next((runs for key in keys if (runs := self._runs.get(key))), None)
+            predicted = self._predicted[keys[0]] = float(median(runs)) if runs else self.default_s
+        return predicted
 
     def order_key(self, job: Job, ctx: CycleContext) -> float:
         return max(job.gpus, 1) * self.predict_s(job, ctx)
