@@ -417,6 +417,8 @@ class Framework:
         self.backfill = [get(r) for r in profile.backfill]
         self.plugins: list[Plugin] = list(instances.values())
         self.static_order = all(p.static_order for p in self.order)
+        # order plugins whose running keys may expire (the others keep Plugin's "never")
+        self._expiring = [p for p in self.order if type(p).key_expires_s is not Plugin.key_expires_s]
         self.dynamic_running_keys = any(p.dynamic_running_key for p in self.order)
         self._running_keys: dict[str, tuple[Any, ...]] = {}
         # the same as (key, start_s, job id), sorted, and each job's entry in it
@@ -447,7 +449,7 @@ class Framework:
         if rank:
             bisect.insort(self._ranked, entry)
         expiry = math.inf
-        for plugin in self.order:
+        for plugin in self._expiring:
             expiry = min(expiry, plugin.key_expires_s(job, ctx))
         if expiry < math.inf:
             heapq.heappush(self._key_expiry, (expiry, job.id))
