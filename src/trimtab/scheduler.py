@@ -57,6 +57,11 @@ class ShapeQueue:
     def seq_of(self, job_id: str) -> int:
         return self._where[job_id][1][1]
 
+    def members(self) -> Iterator[tuple[str, Shape]]:
+        """Every pending job id with its shape, in the order they were added (queue order when keys are all
+        equal, as under a dynamic order)."""
+        return ((job_id, where[0]) for job_id, where in self._where.items())
+
     def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
         shape = self.shape(job)
         entry = (key, seq, job.id)
@@ -319,8 +324,8 @@ class Scheduler:
             if self.profile.consolidate_window_s > 0:
                 unit_of = self._unit_finder(walk)
         else:
-            jobs = [self.jobs[e[2]] for e in self._queue.ordered()]
-            queue = iter(sorted(((self.framework.order_key(j, ctx), j, self._queue.shape(j)) for j in jobs),
+            jobs, key = self.jobs, self.framework.order_key
+            queue = iter(sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
                                 key=lambda kjs: (kjs[0], kjs[1].submit_s)))
 
         def on_start(job: Job, alloc: Allocation) -> None:
@@ -384,9 +389,9 @@ class Scheduler:
             if job_id not in self._queue or self._queue.seq_of(job_id) != seq:
                 continue  # stale: it started, was cancelled or queued again since
             job = self.jobs[job_id]
-            self._queue.remove(job_id)
-            key = self.framework.order_key(job, ctx) if self.framework.static_order else ()
-            self._queue.add(job, key, seq)
+            if self.framework.static_order:  # a dynamic order computes every key each cycle anyway
+                self._queue.remove(job_id)
+                self._queue.add(job, self.framework.order_key(job, ctx), seq)
             self._note_key_expiry(job, seq, ctx)
             self._blocked.discard(self._queue.shape(job))
             self._dirty = True
