@@ -363,6 +363,9 @@ class Scheduler:
         jobs = self.jobs
 
         def unit_of(head: Job, shape: Shape) -> list[Job]:
+            if head.pod_affinity is not None:  # its placement depends on where each of the others lands
+                return []
+
             def joins(entry: Entry) -> bool:
                 job = jobs[entry[2]]
                 return job.tasks == 1 and job.tenant == head.tenant and abs(job.submit_s - head.submit_s) <= window_s
