@@ -261,7 +261,7 @@ def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
             time.sleep(0.2)
         assert leftover_tasks(f"TRIMTAB_RUN_ID={job_id}.1.0") == [], "the lost node's task died with its node"
         job = wait_job(client, job_id, ("completed", "failed"), 120)
-        assert job["state"] == "completed", job
+        assert job["state"] == "completed", json.dumps(job, indent=1)  # whole: its runs say why
         assert job["attempts"] == 2
         assert records(out, job_id, 2)[0][0] != first_node
         nodes = {n["name"]: n["healthy"] for n in client.get("/v1/nodes").json()["nodes"]}
