@@ -417,8 +417,10 @@ class Framework:
         self.backfill = [get(r) for r in profile.backfill]
         self.plugins: list[Plugin] = list(instances.values())
         self.static_order = all(p.static_order for p in self.order)
-        # order plugins whose running keys may expire (the others keep Plugin's "never")
+        # order plugins whose keys may expire, of running / waiting jobs (the others keep Plugin's "never")
         self._expiring = [p for p in self.order if type(p).key_expires_s is not Plugin.key_expires_s]
+        self._pending_expiring = [p for p in self.order
+                                  if type(p).pending_key_expires_s is not Plugin.pending_key_expires_s]
         self.dynamic_running_keys = any(p.dynamic_running_key for p in self.order)
         self._running_keys: dict[str, tuple[Any, ...]] = {}
         # the same as (key, start_s, job id), sorted, and each job's entry in it
@@ -484,7 +486,7 @@ class Framework:
 
     def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
         expiry = math.inf
-        for plugin in self.order:
+        for plugin in self._pending_expiring:
             expiry = min(expiry, plugin.pending_key_expires_s(job, ctx))
         return expiry
 
