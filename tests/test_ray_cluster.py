@@ -34,22 +34,34 @@ FAST_HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_th
 
 class RayCluster:
     """A head (no GPUs) and `workers` worker raylets on this machine, each started by `ray start` in its own
-    session; `kill(i)` SIGKILLs worker i's raylet and everything it started; `stop()` kills them all."""
+    session. Worker i (named w1, w2..) advertises its own address, 127.0.0.<i+1>, as a machine of its own would;
+    with `server_node` a GPU-less raylet "srv" at 127.0.0.9 is started too, for a server to join through.
+    `kill(name)` SIGKILLs a node's raylet and everything it started; `stop()` kills them all."""
 
-    def __init__(self, root: Path, workers: int = 2, gpus: int = 4, cpus: int = 2, head_cpus: int = 1) -> None:
+    SERVER_NODE_IP = "127.0.0.9"
+
+    def __init__(self, root: Path, workers: int = 2, gpus: int = 4, cpus: int = 2, head_cpus: int = 1,
+                 server_node: bool = False) -> None:
         self.root = root
         self.port = free_port()
         self.address = f"127.0.0.1:{self.port}"
-        self.groups: list[int] = []  # process group of each node, head first
+        self.groups: dict[str, int] = {}  # process group of each node, by name
         self.env = {**os.environ, **FAST_HEALTH, "RAY_USAGE_STATS_ENABLED": "0"}
         self.temp_dir = tempfile.mkdtemp(prefix="tt-ray-")  # short: Ray's socket paths must fit in 107 bytes
         self._start(["--head", "--port", str(self.port), "--num-gpus", "0", "--num-cpus", str(head_cpus),
                      "--temp-dir", self.temp_dir, "--include-dashboard=false",
                      "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port())], "head")
         for i in range(workers):
-            self._start(["--address", self.address, "--num-gpus", str(gpus), "--num-cpus", str(cpus),
-                         "--resources", json.dumps({f"trimtab-test-w{i + 1}": 1})], f"w{i + 1}")
-        self.wait_nodes(workers + 1)
+            self._start(["--address", self.address, "--node-ip-address", self.worker_ip(i + 1),
+                         "--num-gpus", str(gpus), "--num-cpus", str(cpus)], f"w{i + 1}")
+        if server_node:
+            self._start(["--address", self.address, "--node-ip-address", self.SERVER_NODE_IP, "--num-gpus", "0",
+                         "--num-cpus", "0"], "srv")
+        self.head_ip = self.wait_nodes(len(self.groups))
+
+    @staticmethod
+    def worker_ip(number: int) -> str:
+        return f"127.0.0.{number + 1}"
 
     def _start(self, args: list[str], name: str) -> None:
         assert RAY is not None
@@ -58,33 +70,35 @@ class RayCluster:
         log = open(self.root / f"ray-{name}.log", "ab")  # noqa: SIM115 - kept open by the node's processes
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**self.env, "TRIMTAB_TEST_NODE": name})
-        self.groups.append(proc.pid)
+        self.groups[name] = proc.pid
         if proc.wait(timeout=120) != 0:
             self.stop()
             raise RuntimeError(f"ray start {name} failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
 
     def nodes(self) -> list[dict[str, Any]]:
         code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
-                "log_to_driver=False); print(json.dumps([{'alive': n['Alive'], 'resources': n['Resources']} "
-                "for n in ray.nodes()]))")
+                "log_to_driver=False); print(json.dumps([{'alive': n['Alive'], 'ip': n['NodeManagerAddress'], "
+                "'head': 'node:__internal_head__' in n['Resources']} for n in ray.nodes()]))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                              env=self.env)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
-    def wait_nodes(self, alive: int, timeout_s: float = 60) -> None:
+    def wait_nodes(self, alive: int, timeout_s: float = 60) -> str:
+        """Wait until `alive` nodes are alive; returns the head's address."""
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            if sum(n["alive"] for n in self.nodes()) == alive:
-                return
+            nodes = self.nodes()
+            if sum(n["alive"] for n in nodes) == alive:
+                return next(n["ip"] for n in nodes if n["head"])
             time.sleep(0.5)
         raise RuntimeError(f"the Ray cluster did not reach {alive} alive nodes")
 
-    def kill(self, worker: int) -> None:
+    def kill(self, name: str) -> None:
         with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.groups[worker], signal.SIGKILL)
+            os.killpg(self.groups[name], signal.SIGKILL)
 
     def stop(self) -> None:
-        for group in reversed(self.groups):
+        for group in reversed(self.groups.values()):
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(group, signal.SIGKILL)
         shutil.rmtree(self.temp_dir, ignore_errors=True)
@@ -119,12 +133,12 @@ def record_cmd(out: Path, sleep_s: float) -> list[str]:
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RayCluster, Server, Path]]:
     root = tmp_path_factory.mktemp("raycluster")
-    ray_cluster = RayCluster(root)
+    ray_cluster = RayCluster(root, server_node=True)
     server: Server | None = None
     try:
         server = Server(root / "data", "--backend", "ray", "--ray-address", ray_cluster.address,
-                        "--policy", "priority", env={**FAST_HEALTH, "TRIMTAB_RAY_LOG_DIR": str(root / "nodelogs")}
-                        ).start(timeout_s=90)
+                        "--ray-node-ip", RayCluster.SERVER_NODE_IP, "--policy", "priority",
+                        env={**FAST_HEALTH, "TRIMTAB_RAY_LOG_DIR": str(root / "nodelogs")}).start(timeout_s=90)
         out = root / "out"
         out.mkdir()
         yield ray_cluster, server, out
@@ -180,6 +194,7 @@ def test_gangs_spread_over_both_workers_start_together_with_the_right_environmen
         assert gpus == ",".join(by_run[rank]["gpus"]) and len(gpus.split(",")) == 1
         assert ckpt == str(server.data_dir / "checkpoints" / str(big))
         assert (addr, port) == (recs[0][5], recs[0][6]), "one rendezvous for the whole gang"
+        assert addr == RayCluster.worker_ip(int(recs[0][0][1:])), "MASTER_ADDR is rank 0's node"
         assert float(end) - float(start) >= 3
     for node in ("w1", "w2"):  # on each worker, the gang's tasks hold distinct GPUs and local ranks 0..3
         mine = [r for r in recs.values() if r[0] == node]
@@ -255,7 +270,7 @@ def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
         while not records(out, job_id) and time.monotonic() < deadline:
             time.sleep(0.2)
         first_node = records(out, job_id)[0][0]
-        ray_cluster.kill(int(first_node[1:]))
+        ray_cluster.kill(first_node)
         deadline = time.monotonic() + 60
         while not records(out, job_id, 2) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -271,3 +286,29 @@ def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
     while len(list((out.parent / "nodelogs").iterdir())) > 1 and time.monotonic() < deadline:
         time.sleep(0.5)
     assert [p.name.split("-")[0] for p in (out.parent / "nodelogs").iterdir()] == [f"{job_id}.1.0"]
+
+
+@pytest.mark.slow
+@pytest.mark.ray_cluster
+def test_a_server_whose_ray_node_is_lost_exits_and_its_restart_adopts_the_running_job(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    """The server joined the cluster through the GPU-less node "srv": when that raylet dies, Ray drops the server's
+    driver, so the server exits (code 3) saying why; started again through the head, it adopts the job, whose
+    tasks ran on without it."""
+    ray_cluster, server, out = cluster
+    with server.client() as client:
+        job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 8), "gpus": 1, "tasks": 2}).json()["id"]
+        deadline = time.monotonic() + 60
+        while len(records(out, job_id)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+    ray_cluster.kill("srv")
+    assert server.proc is not None
+    assert server.proc.wait(timeout=30) == 3
+    assert "joined the cluster through" in server.log.read_text()
+    at = server.args.index("--ray-node-ip")
+    server.args[at + 1] = ray_cluster.head_ip
+    server.start(timeout_s=90)
+    with server.client() as client:
+        job = wait_job(client, job_id, ("completed", "failed"), 90)
+    assert (job["state"], job["attempts"]) == ("completed", 1), job
+    assert all(len(r) == 11 for r in records(out, job_id).values()), "both tasks ran to their end, once"

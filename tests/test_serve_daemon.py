@@ -401,3 +401,28 @@ def test_a_share_on_a_server_without_gpus_is_refused(world: World) -> None:
     with pytest.raises(ServeError) as err:
         d.submit(spec(gpu_milli=500), ADMIN)
     assert (err.value.status, err.value.field) == (422, "gpu_milli")
+
+
+def test_an_executor_that_loses_its_world_stops_the_loop_for_good(world: World) -> None:
+    """ExecutorLost (e.g. the Ray node the server joined through is gone) stops the loop, records why and calls
+    `on_fatal` once, instead of failing every step forever; the running job is left to the next server."""
+    import threading
+
+    from trimtab.serve.executors.base import ExecutorLost
+
+    d = world.daemon()
+    jid, _ = d.submit(spec("sleep 100"), ADMIN)
+    world.run(d, 1)
+    assert world.job(jid).state == "running"
+    lost = threading.Event()
+    d.on_fatal = lost.set
+    d.executor.node_changes = lambda: (_ for _ in ()).throw(ExecutorLost("node gone"))  # type: ignore[attr-defined]
+    d.tick_s = 0.01
+    d.start()
+    assert lost.wait(5)
+    assert d.fatal == "node gone"
+    assert d._thread is not None
+    d._thread.join(5)
+    assert not d._thread.is_alive()
+    assert world.job(jid).state == "running", "its tasks keep running, for the next server to adopt"
+    d.shutdown()

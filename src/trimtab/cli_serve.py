@@ -111,10 +111,13 @@ def register(app: typer.Typer) -> None:
         backend: Annotated[str, typer.Option(help="local (processes here) or ray (a Ray cluster).")] = "local",
         ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (backend ray), e.g. "
                                                              "10.0.0.1:6379; default: auto.")] = None,
+        ray_node_ip: Annotated[str | None, typer.Option(
+            help="Address of the Ray node on this machine the server joins through (backend ray; needed only "
+                 "where several raylets share this machine: choose one you do not expect to lose).")] = None,
     ) -> None:
         """Run the scheduler as a service on this machine's GPUs, with the API and dashboard."""
         from trimtab.serve.daemon import ServeConfig
-        from trimtab.serve.server import run_server
+        from trimtab.serve.server import ServerLost, run_server
 
         if gpus is not None and cluster is not None:
             _fail("give --gpus or --cluster, not both", 2)
@@ -122,10 +125,15 @@ def register(app: typer.Typer) -> None:
             _fail(f"--backend: local or ray, not {backend!r}", 2)
         if backend == "ray" and (gpus is not None or cluster is not None):
             _fail("--backend ray takes its nodes and GPUs from the Ray cluster: no --gpus or --cluster", 2)
+        if backend != "ray" and (ray_address or ray_node_ip):
+            _fail("--ray-address and --ray-node-ip go with --backend ray", 2)
         config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
-                             port=port, grace_s=grace_s, backend=backend, ray_address=ray_address)
+                             port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
+                             ray_node_ip=ray_node_ip)
         try:
             run_server(config, say=lambda s: _console.print(s, highlight=False, soft_wrap=True))
+        except ServerLost as exc:
+            _fail(str(exc), 3)
         except ValueError as exc:
             _fail(str(exc), 2)
 

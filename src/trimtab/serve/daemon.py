@@ -25,7 +25,7 @@ from trimtab.framework import Profile, Registry
 from trimtab.model import Job, JobState, Resources
 from trimtab.plugins import default_registry
 from trimtab.scheduler import Scheduler
-from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
+from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch
 from trimtab.serve.gpus import Inventory
 from trimtab.serve.quota import TenantQuota
 from trimtab.serve.store import TERMINAL_STATES, JobRow, RunRow, SampleRow, Store, TenantRow, TokenRow, sqlite_url
@@ -40,7 +40,8 @@ DEFAULT_PORT = 8470
 class ServeConfig:
     """How `trimtab serve` runs. `db_url` None: SQLite `trimtab.db` in `data_dir`. `gpus` / `cluster` declare
     virtual GPUs; with neither, NVML finds the real ones. `grace_s`: SIGTERM-to-SIGKILL delay of a stop.
-    `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory."""
+    `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory; the
+    server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None)."""
 
     data_dir: Path = DEFAULT_DATA_DIR
     db_url: str | None = None
@@ -52,6 +53,7 @@ class ServeConfig:
     grace_s: float = 10.0
     backend: str = "local"
     ray_address: str | None = None
+    ray_node_ip: str | None = None
     tick_s: float = 0.05
     sample_every_s: float = 10.0
     max_body_bytes: int = 1 << 20
@@ -164,6 +166,8 @@ class Daemon:
         self._thread: threading.Thread | None = None
         self._last_sample_s = 0.0
         self.started_s = clock()
+        self.fatal: str | None = None  # why the loop stopped for good (the executor lost its tasks' world)
+        self.on_fatal: Callable[[], None] | None = None  # called from the loop thread once `fatal` is set
 
     # -------------------------------------------------------------------------------------------- lifecycle
 
@@ -184,6 +188,13 @@ class Daemon:
         while not self._stop.is_set():
             try:
                 self.step()
+            except ExecutorLost as exc:  # nothing can be launched or watched any more: stop, loudly
+                log.error("%s", exc)
+                self.fatal = str(exc)
+                self._stop.set()
+                if self.on_fatal is not None:
+                    self.on_fatal()
+                return
             except Exception:  # a bug must be loud but must not kill the loop that keeps jobs running
                 log.exception("daemon step failed")
             self._wake.wait(self.tick_s)

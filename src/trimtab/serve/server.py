@@ -30,7 +30,7 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
     if executor is None and config.backend == "ray":
         from trimtab.serve.executors.ray import RayExecutor
 
-        executor = RayExecutor(config.ray_address or "auto")
+        executor = RayExecutor(config.ray_address or "auto", node_ip=config.ray_node_ip)
     inventory = getattr(executor, "inventory", None) or discover(config.gpus, config.cluster)
     store = Store(config.store_url)
     store.upgrade()
@@ -51,8 +51,12 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
     return daemon
 
 
+class ServerLost(RuntimeError):
+    """The daemon stopped for good while serving (see `Daemon.fatal`); the message says why."""
+
+
 def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
-    """Serve until interrupted."""
+    """Serve until interrupted. Raises ServerLost if the daemon stops for good (its executor lost its tasks)."""
     import uvicorn
 
     from trimtab.serve.api import create_app
@@ -66,11 +70,20 @@ def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
         say(f"note: listening on {config.host}: the API is reachable from the network and speaks plain HTTP; put "
             "a TLS proxy in front of it so tokens do not travel in clear text")
     say(f"serving on http://{config.host}:{config.port}/ (API docs at /docs)")
+    server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
+                                           access_log=False))
+
+    def lost() -> None:
+        server.should_exit = True
+
+    daemon.on_fatal = lost
     try:
-        uvicorn.run(app, host=config.host, port=config.port, log_level="warning", access_log=False)
+        server.run()
     finally:
         daemon.shutdown()
         daemon.store.close()
+    if daemon.fatal:
+        raise ServerLost(daemon.fatal)
 
 
 def _write_secret(path: Path, text: str) -> None:

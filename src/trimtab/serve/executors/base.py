@@ -55,6 +55,11 @@ class Adoption(StrEnum):
     NEVER_STARTED = "never-started"  # no trace that it ever started: the daemon may launch the attempt again
 
 
+class ExecutorLost(RuntimeError):
+    """The executor lost its link to the tasks' world (e.g. the Ray node the server joined through is gone);
+    nothing can be launched, stopped or polled until the server is started again."""
+
+
 class Executor(ABC):
     """Runs tasks for the serve daemon. Called from the daemon's loop thread only, never concurrently.
 
@@ -73,8 +78,9 @@ class Executor(ABC):
                           recycled pid) for the task. Returns an Adoption.
     close()               the daemon is shutting down; running tasks keep running (they are re-adopted later).
 
-    A Ray executor implements the same methods with a placement group pinned to `task.node` and an actor that
-    runs `argv`; its handle holds the actor and placement-group ids."""
+    Optional: `node_changes()` -> (nodes gone, nodes back), for an executor whose nodes come and go (Ray). Any
+    method may raise ExecutorLost when the executor can no longer reach its tasks: the daemon then stops and the
+    server exits; a restarted server adopts the tasks still running."""
 
     name: str = "executor"
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.model import Node, Resources
-from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch, begin_stop
+from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch, begin_stop
 from trimtab.serve.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
@@ -54,11 +54,13 @@ def _ray() -> Any:
     return ray
 
 
-def connect(address: str) -> None:
-    """Join the Ray cluster at `address` as a driver (once per process)."""
+def connect(address: str, node_ip: str | None = None) -> None:
+    """Join the Ray cluster at `address` as a driver (once per process), through the Ray node of this machine
+    whose address is `node_ip` (Ray's choice if None; it matters only where several raylets share a machine)."""
     ray = _ray()
     if not ray.is_initialized():
-        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False)
+        extra = {"_node_ip_address": node_ip} if node_ip else {}
+        ray.init(address=address, namespace=NAMESPACE, logging_level="ERROR", log_to_driver=False, **extra)
 
 
 def node_name(info: Mapping[str, Any]) -> str:
@@ -197,13 +199,18 @@ class RayExecutor(Executor):
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
     actor dies (its node is gone) is reported with exit code None. `log_dir` is the folder on the nodes where
-    tasks' output is kept until read (default `TRIMTAB_RAY_LOG_DIR` or /tmp/trimtab-ray)."""
+    tasks' output is kept until read (default `TRIMTAB_RAY_LOG_DIR` or /tmp/trimtab-ray).
+
+    The server joins the cluster through one Ray node of its machine (`node_ip` chooses it). If that node leaves
+    the cluster, Ray ends this driver's job and drops what it exported (the actor class): `node_changes` then
+    raises ExecutorLost, and a restarted server adopts the tasks still running."""
 
     name = "ray"
 
     def __init__(self, address: str, clock: Callable[[], float] = time.monotonic,
-                 nodes_every_s: float = 1.0, log_dir: str | None = None, lost_wait_s: float = 45.0) -> None:
-        connect(address)
+                 nodes_every_s: float = 1.0, log_dir: str | None = None, lost_wait_s: float = 45.0,
+                 node_ip: str | None = None) -> None:
+        connect(address, node_ip)
         ray = _ray()
         self._ray = ray
         self.address = address
@@ -219,6 +226,7 @@ class RayExecutor(Executor):
         self._node_ips: dict[str, str] = {}
         self._alive: set[str] = set()
         self._actor_cls = ray.remote(max_concurrency=4, num_cpus=0)(TaskActor)
+        self.own_node_id: str = ray.get_runtime_context().get_node_id()
         self.inventory = ray_inventory()
         self._refresh_nodes()
 
@@ -232,6 +240,10 @@ class RayExecutor(Executor):
             self._node_ips[name] = info["NodeManagerAddress"]
             if info.get("Alive"):
                 alive.add(name)
+            elif info["NodeID"] == self.own_node_id:
+                raise ExecutorLost(f"the Ray node this server joined the cluster through ({name}) is gone, and Ray "
+                                   "has dropped this server's connection: start trimtab serve again (it adopts "
+                                   "the tasks still running; choose a stable node with --ray-node-ip)")
         down, up = sorted(self._alive - alive), sorted(alive - self._alive)
         self._alive = alive
         return down, up
