@@ -51,13 +51,25 @@ class RayCluster:
         self._start(["--head", "--port", str(self.port), "--num-gpus", "0", "--num-cpus", str(head_cpus),
                      "--temp-dir", self.temp_dir, "--include-dashboard=false",
                      "--dashboard-port", str(free_port()), "--ray-client-server-port", str(free_port())], "head")
-        for i in range(workers):
-            self._start(["--address", self.address, "--node-ip-address", self.worker_ip(i + 1),
-                         "--num-gpus", str(gpus), "--num-cpus", str(cpus)], f"w{i + 1}")
+        for _ in range(workers):
+            self.add_worker(gpus, cpus, wait=False)
         if server_node:
             self._start(["--address", self.address, "--node-ip-address", self.SERVER_NODE_IP, "--num-gpus", "0",
                          "--num-cpus", "0"], "srv")
         self.head_ip = self.wait_nodes(len(self.groups))
+
+    def add_worker(self, gpus: int = 4, cpus: int = 2, wait: bool = True) -> str:
+        """Start the next worker raylet (w1, w2..) and return its name."""
+        number = sum(name.startswith("w") for name in self.groups) + 1
+        name = f"w{number}"
+        self._start(["--address", self.address, "--node-ip-address", self.worker_ip(number),
+                     "--num-gpus", str(gpus), "--num-cpus", str(cpus)], name)
+        if wait:
+            deadline = time.monotonic() + 60
+            while self.worker_ip(number) not in {n["ip"] for n in self.nodes() if n["alive"]}:
+                assert time.monotonic() < deadline, f"{name} did not join"
+                time.sleep(0.5)
+        return name
 
     @staticmethod
     def worker_ip(number: int) -> str:
@@ -312,3 +324,27 @@ def test_a_server_whose_ray_node_is_lost_exits_and_its_restart_adopts_the_runnin
         job = wait_job(client, job_id, ("completed", "failed"), 90)
     assert (job["state"], job["attempts"]) == ("completed", 1), job
     assert all(len(r) == 11 for r in records(out, job_id).values()), "both tasks ran to their end, once"
+
+
+@pytest.mark.slow
+@pytest.mark.ray_cluster
+def test_a_worker_that_joins_is_taken_in_and_a_gang_spans_it(cluster: tuple[RayCluster, Server, Path]) -> None:
+    """After the earlier stories one worker is left (4 GPUs). A third worker joins the running cluster: the server
+    takes it in, and a gang of 2 tasks x 4 GPUs, which needs it, runs on the survivor and on it."""
+    ray_cluster, server, out = cluster
+    with server.client() as client:
+        before = {n["name"] for n in client.get("/v1/nodes").json()["nodes"]}
+        name = ray_cluster.add_worker()
+        deadline = time.monotonic() + 30
+        while len(client.get("/v1/nodes").json()["nodes"]) == len(before):
+            assert time.monotonic() < deadline, "the new worker was not taken in"
+            time.sleep(0.3)
+        nodes = client.get("/v1/nodes").json()["nodes"]
+        new = [n for n in nodes if n["name"] not in before]
+        assert [(n["name"].split("-")[0], n["gpus"], n["healthy"]) for n in new] == \
+            [(RayCluster.worker_ip(int(name[1:])), 4, True)]
+        job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 4, "tasks": 2}).json()["id"]
+        job = wait_job(client, job_id, ("completed", "failed"), 90)
+    assert job["state"] == "completed", json.dumps(job, indent=1)
+    spans = {r[0] for r in records(out, job_id).values()}
+    assert len(spans) == 2 and name in spans, spans

@@ -265,3 +265,75 @@ def test_lower_order_eviction_cap() -> None:
     assert uncapped["preemptions"] > 1
     assert capped["preemptions"] == 1 and len(capped["runs"]) == 2
     assert capped["end"] < uncapped["end"]
+
+
+def _drive(scheduler: Scheduler, events: list[tuple[float, object]], grow_at_s: float | None = None
+           ) -> list[tuple[float, list[str], list[str], list[tuple[int, ...]]]]:
+    """Run `scheduler` through `events` (time, job to submit); jobs end after their duration. With `grow_at_s`,
+    the scheduler is replaced there by `with_nodes` with one more node, which goes down at once. Returns each
+    cycle's (time, starts, preemptions, nodes of each start)."""
+    from builders import nodes as make_nodes
+
+    log, ends, now = [], {}, 0.0
+    pending = sorted(events, key=lambda e: e[0])
+    while pending or ends:
+        now = min([t for t, _ in pending[:1]] + list(ends.values()))
+        if grow_at_s is not None and now >= grow_at_s:
+            extra = make_nodes(1, gpus=4)[0]
+            scheduler = scheduler.with_nodes([type(extra)("joined", extra.capacity)])
+            scheduler.node_down("joined")
+            grow_at_s = None
+        for jid, end_s in sorted(ends.items()):
+            if end_s <= now:
+                del ends[jid]
+                scheduler.stopped(jid, now, JobState.COMPLETED)
+        while pending and pending[0][0] <= now:
+            scheduler.submit(pending.pop(0)[1], now)  # type: ignore[arg-type]
+        decision = scheduler.cycle(now)
+        for victim in decision.preemptions:
+            ends.pop(victim, None)
+        for j, _ in decision.starts:
+            ends[j.id] = now + j.duration_s
+        if decision.starts or decision.preemptions:
+            log.append((now, [j.id for j, _ in decision.starts], list(decision.preemptions),
+                        [tuple(int(n) for n in a.nodes) for _, a in decision.starts]))
+        if decision.wake_s is not None and not pending and not ends:
+            break
+    return log
+
+
+@pytest.mark.parametrize("policy", ["steady", "las", "fifo-backfill", "drf"])
+def test_a_scheduler_grown_by_a_node_that_is_down_decides_as_before(policy: str) -> None:
+    """`with_nodes` carries every book: grown mid-run by a node that goes down at once, the scheduler makes exactly
+    the decisions of the one that was not grown (running jobs, queue order, credit, a failed GPU, a down node)."""
+    import random
+
+    rng = random.Random(7)
+    events = [(rng.uniform(0, 4000), job(i, gpus=rng.choice([1, 1, 2, 4, 8]), duration_s=rng.uniform(50, 3000),
+                                         tenant=rng.choice("ab"))) for i in range(120)]
+
+    def fresh() -> Scheduler:
+        s = Scheduler(ClusterState(nodes(3, gpus=8)), policy)
+        s.gpu_down("n002")
+        s.node_down("n001")
+        s.node_up("n001")
+        return s
+
+    baseline = _drive(fresh(), events)
+    grown = _drive(fresh(), events, grow_at_s=2000.0)
+    assert len(baseline) > 50
+    assert grown == baseline
+
+
+def test_a_node_that_joins_takes_a_waiting_job() -> None:
+    sched = Scheduler(ClusterState(nodes(1, gpus=8)), "steady")
+    sched.submit(job("a", gpus=8), 0.0)
+    sched.submit(job("b", gpus=8), 0.0)
+    assert started(sched.cycle(0.0)) == ["a"]
+    assert started(sched.cycle(1.0)) == []
+    sched = sched.with_nodes(nodes(2, gpus=8)[1:])
+    decision = sched.cycle(2.0)
+    assert started(decision) == ["b"] and [int(n) for n in decision.starts[0][1].nodes] == [1]
+    assert sched.cluster.free_gpus.tolist() == [0, 0] and sched.state["a"] is JobState.RUNNING
+    sched.stopped("a", 3.0, JobState.COMPLETED)
+    assert sched.cluster.free_gpus.tolist() == [8, 0]

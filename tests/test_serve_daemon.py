@@ -426,3 +426,50 @@ def test_an_executor_that_loses_its_world_stops_the_loop_for_good(world: World) 
     assert not d._thread.is_alive()
     assert world.job(jid).state == "running", "its tasks keep running, for the next server to adopt"
     d.shutdown()
+
+
+def test_a_node_that_joins_takes_a_waiting_job_and_the_books_carry_on(world: World) -> None:
+    """An executor that reports a new node (as Ray does when a raylet joins): the daemon takes it from the
+    executor's inventory; the job that was waiting starts there on its GPUs, the running one is untouched."""
+    from trimtab.serve.gpus import Inventory
+
+    world.cluster = "1x4"
+    d = world.daemon()
+    first, _ = d.submit(spec("sleep 100", gpus=4), ADMIN)
+    second, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    world.run(d, 1)
+    assert (world.job(first).state, world.job(second).state) == ("running", "pending")
+    grown = from_cluster_file("2x4")
+    joined = grown.nodes[1]
+    d.executor.inventory = Inventory((joined,), {joined.name: grown.devices[joined.name]}, "test")  # type: ignore[attr-defined]
+    reports = iter([([], [joined.name])])
+    d.executor.node_changes = lambda: next(reports, ([], []))  # type: ignore[attr-defined]
+    world.run(d, 1)
+    assert world.job(second).state == "running"
+    assert [r.node for r in world.runs(second)] == [joined.name]
+    assert sorted(world.fake.launched[-1].gpu_ids) == ["0", "1", "2", "3"]
+    nodes = {n["name"]: (n["gpus"], n["gpus_allocated"], n["healthy"]) for n in d.snapshot()["nodes"]}
+    assert nodes == {grown.nodes[0].name: (4, 4, True), joined.name: (4, 4, True)}
+    world.run(d, 100)
+    assert (world.job(first).state, world.job(second).state) == ("completed", "completed")
+    assert d.cluster.free_gpus.tolist() == [4, 4]
+
+
+def test_after_a_crash_a_task_whose_node_is_gone_is_lost_and_its_job_runs_again(world: World) -> None:
+    """The server was down while a node left (a Ray worker lost): at restart the node is not in the inventory. Its
+    task is closed as lost with its node, the job goes back to the queue, the other job is adopted."""
+    world.cluster = "2x4"
+    d = world.daemon()
+    x, _ = d.submit(spec("sleep 100", gpus=4), ADMIN)
+    y, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    world.run(d, 1)
+    assert sorted(r.node for j in (x, y) for r in world.runs(j)) == ["node-0000", "node-0001"]
+    lost = next(j for j in (x, y) if world.runs(j)[0].node == "node-0001")
+    kept = x if lost == y else y
+    world.cluster = "1x4"  # node-0001 is gone
+    d = world.daemon()
+    assert world.runs(lost)[0].outcome == "node-gone"
+    assert (world.job(kept).state, world.job(lost).state) == ("running", "pending")
+    world.run(d, 200)
+    assert (world.job(kept).state, world.job(lost).state) == ("completed", "completed")
+    assert [r.node for r in world.runs(lost)] == ["node-0001", "node-0000"]

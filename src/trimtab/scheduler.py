@@ -15,7 +15,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
-from trimtab.model import Job, JobState, Resources
+from trimtab.model import Job, JobState, Node, Resources
 
 _ONE_GPU = Resources(gpus=1)
 Shape = tuple[Any, ...]
@@ -298,6 +298,37 @@ class Scheduler:
         self.cluster.release(self._failed_gpu_holds[node].pop(0))
         self.failed_gpus[node] -= 1
         self.changed()
+
+    def with_nodes(self, nodes: Sequence[Node], registry: Registry | None = None) -> Scheduler:
+        """A scheduler over this one's nodes followed by `nodes` (nodes that joined) that carries on from this one:
+        the same jobs running on the same allocations (node indices stay valid), the same queue in the same order
+        with the same credit, history and random stream, the same nodes down and GPUs failed. Its plugins start
+        afresh (their caches are of the old cluster) and read the carried books at the next cycle. Use the
+        returned scheduler from then on; this one must not be used again."""
+        old = self.cluster
+        grown = Scheduler(ClusterState([*old.nodes, *nodes]), self.profile, registry)
+        grown.rng, grown.history, grown._now_s = self.rng, self.history, self._now_s
+        grown.jobs, grown.state = self.jobs, self.state
+        grown.prior_attained_gpu_s, grown.prior_executed_s = self.prior_attained_gpu_s, self.prior_executed_s
+        cluster, n = grown.cluster, len(old)
+        for job_id, run in self.running.items():
+            cluster.allocate(run.alloc)
+            grown.running[job_id] = run
+        for node, holds in self._failed_gpu_holds.items():
+            for hold in holds:
+                cluster.allocate(hold)
+            grown._failed_gpu_holds[node] = list(holds)
+        grown.failed_gpus[:n] = self.failed_gpus
+        grown._down[:n] = self._down
+        for node in np.flatnonzero(self._down):
+            cluster.set_health(int(node), False)
+        for key, seq, job_id in self._queue.ordered():  # the same key and seq: the same place in the queue
+            grown._queue.add(self.jobs[job_id], key, seq)
+        grown._held = self._held
+        grown._pending_expiry = self._pending_expiry
+        grown._seq = self._seq
+        grown.cycles_run = self.cycles_run
+        return grown
 
     # -------------------------------------------------------------------------------------------- cycle
 

@@ -140,7 +140,7 @@ class Daemon:
         self.lock = threading.RLock()
         self.cluster = ClusterState(list(inventory.nodes))
         self.quotas: dict[str, int | None] = {}
-        registry = registry or default_registry()
+        registry = self.registry = registry or default_registry()
         registry.register("tenant-quota", lambda: TenantQuota(self.quotas))
         base = profile if isinstance(profile, Profile) else Profile.load(profile)
         self.profile = base.model_copy(update={"admit": ["tenant-quota", *base.admit]})
@@ -218,6 +218,10 @@ class Daemon:
             self.completed_total = len(s.scalars(select(JobRow.id).where(JobRow.state == "completed")).all())
             open_runs: dict[int, list[RunRow]] = {}
             for run in s.scalars(select(RunRow).where(RunRow.state != "exited").order_by(RunRow.id)):
+                if run.node not in self.cluster.index:  # its node left while we were down: nothing to adopt
+                    run.state, run.outcome, run.end_s = "exited", "node-gone", now
+                    counts["lost with their node"] += 1
+                    continue
                 open_runs.setdefault(run.job_id, []).append(run)
             jobs = s.scalars(select(JobRow).where(JobRow.state.in_(("pending", "running")))
                              .order_by(JobRow.id)).all()
@@ -248,6 +252,8 @@ class Daemon:
         """Re-adopt the current attempt of a running job. False if it never fully started (the job is queued
         again; tasks that did start are stopped)."""
         index = self.cluster.index
+        if any(r.node not in index for r in runs):
+            return False  # a task's node is gone: the attempt is lost (its other tasks are stopped as strays)
         runs = sorted(runs, key=lambda r: (index[r.node], r.rank))  # the order of Allocation.gpu_idx
         per_node = Counter(r.node for r in runs)
         nodes = sorted(per_node, key=lambda n: index[n])
@@ -479,8 +485,9 @@ class Daemon:
                 self._sample(now)
 
     def _node_changes(self) -> None:
-        """Nodes the executor saw leave or come back (an executor with a `node_changes()` method, e.g. Ray): a
-        node gone takes no new work; its tasks' exits come through the executor's poll."""
+        """Nodes the executor saw leave, come back or join (an executor with a `node_changes()` method, e.g. Ray):
+        a node gone takes no new work (its tasks' exits come through the executor's poll); a node that joins is
+        taken from the executor's `inventory` into the cluster."""
         changes = getattr(self.executor, "node_changes", None)
         if changes is None:
             return
@@ -489,9 +496,31 @@ class Daemon:
             if name in self.cluster.index:
                 log.warning("node %s left the cluster", name)
                 self.scheduler.node_down(name)
+        joined = [name for name in up if name not in self.cluster.index]
+        if joined:
+            self._take_in(joined)
         for name in up:
-            if name in self.cluster.index:
+            if name in self.cluster.index and name not in joined:
+                log.warning("node %s is back", name)
                 self.scheduler.node_up(name)
+
+    def _take_in(self, names: list[str]) -> None:
+        """Nodes that joined after the start: the scheduler carries on over the grown cluster (`with_nodes`)."""
+        found: Inventory = self.executor.inventory  # type: ignore[attr-defined]
+        nodes = [node for node in found.nodes if node.name in names]
+        if not nodes:
+            return  # not nodes for the scheduler (e.g. without GPUs in a GPU cluster)
+        self.scheduler = self.scheduler.with_nodes(nodes, self.registry)
+        self.cluster = self.scheduler.cluster
+        devices = dict(self.inventory.devices)
+        for node in nodes:
+            devices[node.name] = found.devices[node.name]
+            ids = self.device_ids[node.name] = tuple(d.id for d in found.devices[node.name])
+            self.device_index[node.name] = {d: i for i, d in enumerate(ids)}
+            self.held_milli[node.name] = dict.fromkeys(ids, 0)
+            log.warning("node %s joined the cluster with %d GPUs", node.name, len(ids))
+        self.inventory = Inventory((*self.inventory.nodes, *nodes), devices, self.inventory.source)
+        self.scheduler.changed()
 
     def _on_exits(self, exits: list[TaskExit], now_s: float) -> None:
         done: list[_Attempt] = []

@@ -234,7 +234,8 @@ class RayExecutor(Executor):
 
     def _refresh_nodes(self) -> tuple[list[str], list[str]]:
         alive: set[str] = set()
-        for info in self._ray.nodes():
+        nodes = self._ray.nodes()
+        for info in nodes:
             name = node_name(info)
             self._node_ids[name] = info["NodeID"]
             self._node_ips[name] = info["NodeManagerAddress"]
@@ -246,11 +247,14 @@ class RayExecutor(Executor):
                                    "the tasks still running; choose a stable node with --ray-node-ip)")
         down, up = sorted(self._alive - alive), sorted(alive - self._alive)
         self._alive = alive
+        known = {node.name for node in self.inventory.nodes}
+        if any(name not in known for name in up):  # nodes joined: the daemon takes them from the inventory
+            self.inventory = ray_inventory(nodes)
         return down, up
 
     def node_changes(self) -> tuple[list[str], list[str]]:
-        """(nodes gone, nodes back) since the last call, checked at most every `nodes_every_s`. Nodes that join
-        after the start are not added to the scheduler's cluster (restart the server to take them in)."""
+        """(nodes gone, nodes back or joined) since the last call, checked at most every `nodes_every_s`; after a
+        join, `inventory` holds the alive nodes again, the new ones included."""
         now = self._clock()
         if now < self._next_nodes_s:
             return [], []
