@@ -95,6 +95,16 @@ class RayCluster:
                              env=self.env)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
+    def placement_groups(self) -> dict[str, dict[str, Any]]:
+        """Every placement group by name: its state and the address of the node of each bundle."""
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
+                "log_to_driver=False); ips = {n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}; "
+                "print(json.dumps({g['name']: {'state': g['state'], 'nodes': [ips.get(g['bundles_to_node_id']"
+                ".get(i)) for i in range(len(g['bundles']))]} for g in ray.util.placement_group_table().values()}))")
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                             env=self.env)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+
     def wait_nodes(self, alive: int, timeout_s: float = 60) -> str:
         """Wait until `alive` nodes are alive; returns the head's address."""
         deadline = time.monotonic() + timeout_s
@@ -223,7 +233,7 @@ def test_gangs_spread_over_both_workers_start_together_with_the_right_environmen
 @pytest.mark.ray_cluster
 def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
         cluster: tuple[RayCluster, Server, Path]) -> None:
-    _, server, out = cluster
+    ray_cluster, server, out = cluster
     with server.client() as client:
         token = client.post("/v1/tokens", json={"tenant": "team-q", "quota_gpus": 2}).json()["token"]
         low = client.post("/v1/jobs", json={"command": record_cmd(out, 60), "gpus": 1, "tasks": 8,
@@ -231,6 +241,11 @@ def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
         wait_job(client, low, ("running",), 60)
         while len(records(out, low)) < 8:
             time.sleep(0.2)
+        # the gang holds one placement group, each bundle on the node of its task
+        group = ray_cluster.placement_groups()[f"trimtab-gang-{low}.1"]
+        ranks = sorted(client.get(f"/v1/jobs/{low}").json()["runs"], key=lambda r: r["rank"])
+        assert group == {"state": "CREATED", "nodes": [r["node"].split("-")[0] for r in ranks]}, group
+        assert set(group["nodes"]) == {RayCluster.worker_ip(1), RayCluster.worker_ip(2)}
         high = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 2, "tasks": 2,
                                               "priority_class": "high"}).json()["id"]
         assert wait_job(client, high, ("completed", "failed"), 90)["state"] == "completed"
@@ -245,6 +260,10 @@ def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
         time.sleep(1.0)
         assert tenant.get(f"/v1/jobs/{second}").json()["state"] == "pending", "over quota: it waits"
         assert wait_job(tenant, second, ("completed",), 60)["state"] == "completed"
+    deadline = time.monotonic() + 20  # every gang's placement group is removed once its tasks are gone
+    while any(g["state"] != "REMOVED" for g in ray_cluster.placement_groups().values()):
+        assert time.monotonic() < deadline, ray_cluster.placement_groups()
+        time.sleep(0.5)
     first_end = float(records(out, first)[0][-1])
     second_start = float(records(out, second)[0][9])
     assert second_start >= first_end - 0.5

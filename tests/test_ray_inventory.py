@@ -1,5 +1,5 @@
-"""The Ray executor's view of a Ray cluster, without a cluster: which nodes become trimtab nodes, with how many GPUs
-of which model, under which names."""
+"""The Ray executor without a cluster: which nodes become trimtab nodes, with how many GPUs of which model, under
+which names; how a gang becomes a placement group (against a stand-in for `ray.util`)."""
 
 from __future__ import annotations
 
@@ -33,3 +33,59 @@ def test_two_raylets_on_one_host_get_different_names_and_no_alive_node_is_an_err
     assert [n.name for n in ray_inventory([_node("ee" * 28)]).nodes] == ["10.0.0.7-eeeeeeee"]  # CPU-only cluster
     with pytest.raises(ValueError, match="no alive node"):
         ray_inventory([_node("ff" * 28, alive=False, GPU=1.0)])
+
+
+class _Util:
+    """Stands in for `ray.util`: records the placement groups asked for."""
+
+    def __init__(self) -> None:
+        self.groups: list[dict[str, Any]] = []
+
+    def get_placement_group(self, name: str) -> Any:
+        raise ValueError(name)  # no leftover of that name
+
+    def remove_placement_group(self, group: Any) -> None:
+        raise AssertionError("nothing to remove")
+
+    def placement_group(self, bundles: list[dict[str, float]], **kw: Any) -> dict[str, Any]:
+        self.groups.append({"bundles": bundles, **kw})
+        return self.groups[-1]
+
+
+def _executor(ips: dict[str, str]) -> Any:
+    from types import SimpleNamespace
+
+    from trimtab.serve.executors.ray import RayExecutor
+
+    ex = RayExecutor.__new__(RayExecutor)  # no cluster: only the gang bookkeeping is exercised
+    ex._ray = SimpleNamespace(util=_Util())
+    ex._node_ips, ex._alive, ex._gangs = ips, set(ips), {}
+    return ex
+
+
+def _task(rank: int, node: str, gpus: int = 2, milli: int = 0) -> Any:
+    from pathlib import Path
+
+    from trimtab.serve.executors.base import TaskLaunch
+
+    return TaskLaunch(f"7.1.{rank}", 7, 1, rank, node, tuple(str(g) for g in range(gpus)), ("true",), {}, None,
+                      Path("/tmp/x"), Path("/tmp/y"), milli)
+
+
+def test_a_gang_becomes_one_placement_group_with_each_bundle_pinned_to_its_node() -> None:
+    ex = _executor({"a": "10.0.0.1", "b": "10.0.0.2", "head": "10.0.0.9"})
+    ex.prepare_gang([_task(0, "a"), _task(1, "b"), _task(2, "b", gpus=1, milli=500)])
+    [group] = ex._ray.util.groups
+    assert group["bundles"] == [{"GPU": 2, "node:10.0.0.1": 0.001}, {"GPU": 2, "node:10.0.0.2": 0.001},
+                                {"GPU": 0.5, "node:10.0.0.2": 0.001}]
+    assert (group["name"], group["lifetime"]) == ("trimtab-gang-7.1", "detached")
+    assert ex._gangs["trimtab-gang-7.1"].holding == {"7.1.0", "7.1.1", "7.1.2"}
+
+
+def test_no_placement_group_where_an_address_names_two_nodes_and_a_dead_node_fails_the_gang() -> None:
+    ex = _executor({"a": "10.0.0.1", "a2": "10.0.0.1", "b": "10.0.0.2"})  # two raylets on one machine
+    ex.prepare_gang([_task(0, "a"), _task(1, "b")])
+    assert ex._ray.util.groups == [] and ex._gangs == {}
+    ex._alive.discard("b")
+    with pytest.raises(OSError, match="not alive"):
+        ex.prepare_gang([_task(0, "a"), _task(1, "b")])

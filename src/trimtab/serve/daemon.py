@@ -634,14 +634,24 @@ class Daemon:
             s.flush()
             for run, _launch, run_row in launches:
                 run.row_id = run_row.id
+        gangs: dict[_Attempt, list[tuple[_Run, TaskLaunch, RunRow]]] = {}
+        for item in launches:
+            gangs.setdefault(item[0].attempt, []).append(item)
         with self.store.session() as s:  # the rows above are committed before any process starts
-            for run, launch, run_row in launches:
+            for gang in gangs.values():
                 try:
-                    handle = self.executor.launch(launch)
+                    self.executor.prepare_gang([launch for _, launch, _ in gang])
                 except OSError as exc:
-                    self._failed_launches.append(TaskExit(run.run_id, 127, f"could not start: {exc}"))
+                    why = f"could not start: {exc}"
+                    self._failed_launches += [TaskExit(run.run_id, 127, why) for run, _, _ in gang]
                     continue
-                s.execute(update(RunRow).where(RunRow.id == run_row.id).values(state="running", handle=handle))
+                for run, launch, run_row in gang:
+                    try:
+                        handle = self.executor.launch(launch)
+                    except OSError as exc:
+                        self._failed_launches.append(TaskExit(run.run_id, 127, f"could not start: {exc}"))
+                        continue
+                    s.execute(update(RunRow).where(RunRow.id == run_row.id).values(state="running", handle=handle))
 
     def _assign(self, att: _Attempt) -> list[_Run] | None:
         """The tasks of an attempt on the GPUs the scheduler chose for them (`alloc.gpu_idx`), held from now on,

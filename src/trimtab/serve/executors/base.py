@@ -78,6 +78,10 @@ class Executor(ABC):
                           recycled pid) for the task. Returns an Adoption.
     close()               the daemon is shutting down; running tasks keep running (they are re-adopted later).
 
+    prepare_gang(tasks)   before the launches of one attempt, with all its tasks in rank order: the executor may
+                          reserve the gang's resources as one (Ray: a placement group). Raising OSError fails the
+                          attempt's launches. The default does nothing.
+
     Optional: `node_changes()` -> (nodes gone, nodes back), for an executor whose nodes come and go (Ray). Any
     method may raise ExecutorLost when the executor can no longer reach its tasks: the daemon then stops and the
     server exits; a restarted server adopts the tasks still running."""
@@ -98,6 +102,9 @@ class Executor(ABC):
 
     @abstractmethod
     def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption: ...
+
+    def prepare_gang(self, tasks: list[TaskLaunch]) -> None:
+        return None
 
     def close(self) -> None:
         return None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +21,8 @@ from trimtab.serve.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
 ACTOR_PREFIX = "trimtab-task-"
+GANG_PREFIX = "trimtab-gang-"
+PIN = 0.001  # of a node's `node:<address>` resource: pins a bundle to that node
 RUN_ID_VAR = "TRIMTAB_RUN_ID"
 LOG_CHUNK = 1 << 20
 
@@ -44,6 +47,15 @@ while True:
         continue
 sys.exit(code if code >= 0 else 128 - code)
 """
+
+
+def _gang_name(job_id: int, attempt: int) -> str:
+    return f"{GANG_PREFIX}{job_id}.{attempt}"
+
+
+def _gpus(task: TaskLaunch) -> float:
+    """The Ray GPUs a task holds: its GPU count, or its fraction of one GPU for a share."""
+    return task.gpu_milli / 1000 if task.gpu_milli else len(task.gpu_ids)
 
 
 def _ray() -> Any:
@@ -174,6 +186,14 @@ class TaskActor:
 
 
 @dataclass(slots=True)
+class _Gang:
+    """The placement group of one attempt and its tasks whose actors have not been reaped yet."""
+
+    group: Any
+    holding: set[str]
+
+
+@dataclass(slots=True)
 class _Tracked:
     actor: Any
     log_path: Path
@@ -191,10 +211,13 @@ class _Tracked:
 
 
 class RayExecutor(Executor):
-    """Runs each task as a detached actor named after its run id, pinned to `task.node` with a hard node affinity
-    and holding `len(task.gpu_ids)` of that node's Ray GPUs (its fraction of one, for a share); the actor starts
-    the command with the task's environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR set to the
-    address of rank 0's node).
+    """Runs each attempt as a detached placement group with one bundle per task, each bundle pinned to the node
+    trimtab chose through that node's `node:<address>` resource, so Ray reserves the gang whole or not at all; each
+    task is a detached actor named after its run id in its bundle, holding `len(task.gpu_ids)` of the node's Ray
+    GPUs (its fraction of one, for a share). Where a chosen node's address is shared by another alive node (several
+    raylets on one machine) the attempt has no placement group and each actor is pinned by a hard node affinity.
+    The actor starts the command with the task's environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR
+    set to the address of rank 0's node). The placement group is removed once every actor of the gang is gone.
 
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
@@ -220,7 +243,9 @@ class RayExecutor(Executor):
         self._next_nodes_s = 0.0
         self._log_dir = log_dir or os.environ.get("TRIMTAB_RAY_LOG_DIR", "/tmp/trimtab-ray")
         self._tasks: dict[str, _Tracked] = {}
-        self._reaping: list[tuple[Any, Any, float]] = []  # (actor, its finish() call, when to kill it anyway)
+        self._reaping: list[tuple[str, Any, Any, float]] = []  # (run id, actor, its finish() call, kill-by time)
+        self._gangs: dict[str, _Gang] = {}  # by placement group name
+        self._swept = False  # placement groups left by an earlier server removed (at the first poll)
         self._masters: dict[tuple[int, int], str] = {}
         self._node_ids: dict[str, str] = {}
         self._node_ips: dict[str, str] = {}
@@ -268,8 +293,26 @@ class RayExecutor(Executor):
             return "the command is empty"
         return None  # the command runs on a Ray node; its PATH is not known here
 
+    def prepare_gang(self, tasks: list[TaskLaunch]) -> None:
+        """Reserve the attempt's bundles as one placement group (detached, so it outlives a server restart)."""
+        ray = self._ray
+        for task in tasks:
+            if task.node not in self._alive:
+                raise OSError(f"Ray node {task.node} is not alive")
+        ips = [self._node_ips[task.node] for task in tasks]
+        sharing = Counter(ip for name, ip in self._node_ips.items() if name in self._alive)
+        if any(sharing[ip] > 1 for ip in ips):
+            return  # an address names more than one node: each actor is pinned by node id instead
+        name = _gang_name(tasks[0].job_id, tasks[0].attempt)
+        with contextlib.suppress(ValueError):  # a leftover of a launch cut by a crash
+            ray.util.remove_placement_group(ray.util.get_placement_group(name))
+        bundles = [{**({"GPU": _gpus(task)} if _gpus(task) else {}), f"node:{ip}": PIN}
+                   for task, ip in zip(tasks, ips, strict=True)]
+        group = ray.util.placement_group(bundles, strategy="PACK", name=name, lifetime="detached")
+        self._gangs[name] = _Gang(group, {task.run_id for task in tasks})
+
     def launch(self, task: TaskLaunch) -> dict[str, Any]:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
 
         node_id = self._node_ids.get(task.node)
         if node_id is None or task.node not in self._alive:
@@ -281,10 +324,11 @@ class RayExecutor(Executor):
         name = ACTOR_PREFIX + task.run_id
         with contextlib.suppress(ValueError):  # a leftover actor of the same name (a launch cut by a crash)
             self._ray.kill(self._ray.get_actor(name, namespace=NAMESPACE))
+        gang = _gang_name(task.job_id, task.attempt)
+        strategy = PlacementGroupSchedulingStrategy(self._gangs[gang].group, placement_group_bundle_index=task.rank) \
+            if gang in self._gangs else NodeAffinitySchedulingStrategy(node_id=node_id, soft=False)
         actor = self._actor_cls.options(
-            name=name, namespace=NAMESPACE, lifetime="detached",
-            num_gpus=task.gpu_milli / 1000 if task.gpu_milli else len(task.gpu_ids),
-            scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+            name=name, namespace=NAMESPACE, lifetime="detached", num_gpus=_gpus(task), scheduling_strategy=strategy,
         ).remote(task.run_id, self._log_dir)
         task.log_path.parent.mkdir(parents=True, exist_ok=True)
         tracked = _Tracked(actor, task.log_path, task.node)
@@ -292,7 +336,8 @@ class RayExecutor(Executor):
         started = actor.start.remote(list(task.argv), env, task.workdir)
         tracked.extra["start_ref"] = started
         self._tasks[task.run_id] = tracked
-        return {"actor": name, "node_id": node_id, "namespace": NAMESPACE}
+        return {"actor": name, "node_id": node_id, "namespace": NAMESPACE,
+                "placement_group": gang if gang in self._gangs else None}
 
     def stop(self, run_id: str, grace_s: float) -> None:
         tracked = self._tasks.get(run_id)
@@ -303,6 +348,8 @@ class RayExecutor(Executor):
         ray = self._ray
         now = self._clock()
         exits: list[TaskExit] = []
+        if not self._swept:
+            self._sweep_gangs()
         self._reap(now)
         self._pump_logs()
         for run_id, tracked in list(self._tasks.items()):
@@ -343,7 +390,9 @@ class RayExecutor(Executor):
             if tracked.ended and self._node_settled(tracked, now):
                 self._drain_log(tracked)
                 if tracked.actor is not None:  # the actor removes its node-side log and exits; killed if not
-                    self._reaping.append((tracked.actor, tracked.actor.finish.remote(), now + 10.0))
+                    self._reaping.append((run_id, tracked.actor, tracked.actor.finish.remote(), now + 10.0))
+                else:
+                    self._release_gang(run_id)
                 del self._tasks[run_id]
                 exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail))
         return exits
@@ -358,15 +407,22 @@ class RayExecutor(Executor):
             return Adoption.ENDED
         offset = task.log_path.stat().st_size if task.log_path.exists() else 0
         tracked = _Tracked(actor, task.log_path, task.node, offset=offset)
+        gang = _gang_name(task.job_id, task.attempt)
+        if gang in self._gangs:
+            self._gangs[gang].holding.add(task.run_id)
+        else:
+            with contextlib.suppress(ValueError):
+                self._gangs[gang] = _Gang(self._ray.util.get_placement_group(gang), {task.run_id})
         tracked.wait_ref = actor.wait.remote()
         self._tasks[task.run_id] = tracked
         return Adoption.RUNNING
 
     def close(self) -> None:
         self._tasks.clear()  # detached actors keep running; a restarted daemon adopts them
-        for actor, _ref, _at in self._reaping:
+        for run_id, actor, _ref, _at in self._reaping:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor, no_restart=True)
+            self._release_gang(run_id)
         self._reaping.clear()
 
     def _reap(self, now_s: float) -> None:
@@ -374,16 +430,42 @@ class RayExecutor(Executor):
         after it was sent: a detached actor is never left behind."""
         if not self._reaping:
             return
-        ready, _ = self._ray.wait([ref for _, ref, _ in self._reaping], num_returns=len(self._reaping), timeout=0)
+        refs = [ref for _, _, ref, _ in self._reaping]
+        ready, _ = self._ray.wait(refs, num_returns=len(refs), timeout=0)
         done = set(ready)
         keep = []
-        for actor, ref, kill_at_s in self._reaping:
+        for run_id, actor, ref, kill_at_s in self._reaping:
             if ref in done or now_s >= kill_at_s:
                 with contextlib.suppress(Exception):
                     self._ray.kill(actor, no_restart=True)
+                self._release_gang(run_id)
             else:
-                keep.append((actor, ref, kill_at_s))
+                keep.append((run_id, actor, ref, kill_at_s))
         self._reaping = keep
+
+    def _release_gang(self, run_id: str) -> None:
+        """A task's actor is gone: once its whole gang's are, remove the gang's placement group."""
+        job, attempt, _rank = run_id.split(".")
+        name = _gang_name(int(job), int(attempt))
+        gang = self._gangs.get(name)
+        if gang is None:
+            return
+        gang.holding.discard(run_id)
+        if not gang.holding:
+            del self._gangs[name]
+            with contextlib.suppress(Exception):
+                self._ray.util.remove_placement_group(gang.group)
+
+    def _sweep_gangs(self) -> None:
+        """Remove the placement groups of trimtab gangs that no task holds (left by a server that crashed between
+        reserving a gang and launching it, or before it removed an ended gang's group)."""
+        self._swept = True
+        ray = self._ray
+        for info in ray.util.placement_group_table().values():
+            name = info.get("name", "")
+            if name.startswith(GANG_PREFIX) and name not in self._gangs and info.get("state") != "REMOVED":
+                with contextlib.suppress(Exception):
+                    ray.util.remove_placement_group(ray.util.get_placement_group(name))
 
     def _lost(self, tracked: _Tracked, now_s: float) -> None:
         if tracked.killed:
