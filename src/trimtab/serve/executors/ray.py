@@ -296,6 +296,8 @@ class RayExecutor(Executor):
     def prepare_gang(self, tasks: list[TaskLaunch]) -> None:
         """Reserve the attempt's bundles as one placement group (detached, so it outlives a server restart)."""
         ray = self._ray
+        head = tasks[0]  # rank 0: its node's address is the gang's MASTER_ADDR
+        self._masters = {(head.job_id, head.attempt): self._node_ips.get(head.node, "127.0.0.1")}
         for task in tasks:
             if task.node not in self._alive:
                 raise OSError(f"Ray node {task.node} is not alive")
@@ -316,6 +318,7 @@ class RayExecutor(Executor):
 
         node_id = self._node_ids.get(task.node)
         if node_id is None or task.node not in self._alive:
+            self._release_gang(task.run_id)  # never started: it holds nothing of its gang's group
             raise OSError(f"Ray node {task.node} is not alive")
         key = (task.job_id, task.attempt)
         if task.rank == 0 or key not in self._masters:
