@@ -337,3 +337,32 @@ def test_a_node_that_joins_takes_a_waiting_job() -> None:
     assert sched.cluster.free_gpus.tolist() == [0, 0] and sched.state["a"] is JobState.RUNNING
     sched.stopped("a", 3.0, JobState.COMPLETED)
     assert sched.cluster.free_gpus.tolist() == [8, 0]
+
+
+@pytest.mark.parametrize("policy", ["drf", "tenants"])
+def test_a_grouped_dynamic_order_decides_as_sorting_the_whole_queue_every_cycle(policy: str) -> None:
+    """drf's key depends on a job only through its queue (`key_group`), so the scheduler keeps each group sorted
+    and computes one key per group and cycle; the decisions are those of sorting every waiting job's key every
+    cycle (a drf without `key_group`), with quota queues, priorities, preemption and, in tenants, backfill."""
+    import random
+
+    from trimtab.plugins.tenancy import Drf
+
+    class WholeQueueDrf(Drf):
+        key_group = Plugin.key_group  # no group: the whole queue is sorted every cycle
+
+    registry = default_registry()
+    registry._factories["drf"] = WholeQueueDrf  # the same name, so the profile is unchanged
+    rng = random.Random(11)
+    queues = [{"name": q, "weight": w} for q, w in (("qa", 1), ("qb", 2), ("qc", 1))]
+    events = [(rng.uniform(0, 6000), job(i, gpus=rng.choice([1, 1, 2, 4, 8, 16]), duration_s=rng.uniform(50, 4000),
+                                         tenant=rng.choice("xy"), queue=rng.choice(["qa", "qb", "qc"]),
+                                         priority=rng.choice([0, 0, 100])))
+              for i in range(250)]
+    profile = Profile.load(policy).with_args({"quota": {"queues": queues}})
+    grouped = Scheduler(ClusterState(nodes(4, gpus=8)), profile)
+    whole = Scheduler(ClusterState(nodes(4, gpus=8)), profile, registry)
+    assert grouped.framework.group_order and not whole.framework.group_order
+    expected = _drive(whole, events)
+    assert len(expected) > 100 and any(preempted for _, _, preempted, _ in expected)
+    assert _drive(grouped, events) == expected

@@ -8,7 +8,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from importlib import resources
@@ -256,6 +256,13 @@ class Plugin:
         job again at that time (and wakes up for it); between such times `static_order` must hold."""
         return math.inf
 
+    def key_group(self, job: Job) -> Hashable:
+        """For a plugin without `static_order`: the group of jobs that share its key in any cycle (drf: the
+        job's queue), its key depending on the job through this group only. When every such plugin of a profile
+        names one, the scheduler keeps each group sorted by the other plugins' keys and computes this plugin's key
+        once per group and cycle, not once per waiting job. The default (the job itself) means no such group."""
+        return job.id
+
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
         raise NotImplementedError
 
@@ -417,6 +424,13 @@ class Framework:
         self.backfill = [get(r) for r in profile.backfill]
         self.plugins: list[Plugin] = list(instances.values())
         self.static_order = all(p.static_order for p in self.order)
+        # a dynamic order whose changing parts are shared by groups of jobs (see Plugin.key_group) is kept sorted
+        # within groups (not with waiting jobs' keys changing at announced times)
+        self._grouped = [i for i, p in enumerate(self.order) if not p.static_order]
+        self.group_order = (not self.static_order
+                            and all(type(self.order[i]).key_group is not Plugin.key_group for i in self._grouped)
+                            and all(type(p).pending_key_expires_s is Plugin.pending_key_expires_s
+                                    for p in self.order))
         # order plugins whose keys may expire, of running / waiting jobs (the others keep Plugin's "never")
         self._expiring = [p for p in self.order if type(p).key_expires_s is not Plugin.key_expires_s]
         self._pending_expiring = [p for p in self.order
@@ -483,6 +497,28 @@ class Framework:
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
         return tuple([p.order_key(job, ctx) for p in self.order])
+
+    def key_groups(self, job: Job) -> tuple[Hashable, ...]:
+        """The groups of `job` under the order's dynamic plugins (group_order)."""
+        return tuple(self.order[i].key_group(job) for i in self._grouped)
+
+    def static_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
+        """The order key of a waiting job with the dynamic plugins' parts left out (None), then its submit time:
+        how the jobs of one group are sorted (group_order)."""
+        grouped = self._grouped
+        return (*[None if i in grouped else p.order_key(job, ctx) for i, p in enumerate(self.order)], job.submit_s)
+
+    def group_lift(self, job: Job, ctx: CycleContext) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+        """For the group of `job`: a static key (see `static_key`) -> the full order key and submit time."""
+        parts = [(i, self.order[i].order_key(job, ctx)) for i in self._grouped]
+
+        def lift(key: tuple[Any, ...]) -> tuple[Any, ...]:
+            full = list(key)
+            for i, part in parts:
+                full[i] = part
+            return tuple(full)
+
+        return lift
 
     def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
         expiry = math.inf

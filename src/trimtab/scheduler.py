@@ -19,6 +19,7 @@ from trimtab.model import Job, JobState, Node, Resources
 
 _ONE_GPU = Resources(gpus=1)
 Shape = tuple[Any, ...]
+Key = tuple[Any, ...]
 Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
 
 
@@ -79,22 +80,35 @@ class ShapeQueue:
         """Every pending entry in queue order."""
         return heapq.merge(*self._groups.values())
 
-    def walk(self, blocked: set[Shape]) -> Walk:
+    def walk(self, blocked: set[Shape], lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None
+             ) -> Walk:
         """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
         (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
-        (started) or added meanwhile."""
-        return Walk(self._groups, blocked)
+        (started) or added meanwhile. With `lifts`, each group's stored keys are mapped to the keys the groups are
+        merged by, through `lifts(shape, head)`, asked once per group when the walk starts."""
+        return Walk(self._groups, blocked, lifts)
 
 
 class Walk:
-    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`)."""
+    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape)."""
 
-    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape]) -> None:
+    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape],
+                 lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None) -> None:
         self._groups = groups
         self._blocked = blocked
-        self._heap = [(group[0], shape) for shape, group in groups.items()]
+        self.lift: dict[Shape, Callable[[Key], Key]] | None = None
+        if lifts is None:
+            self._heap = [(group[0], group[0], shape) for shape, group in groups.items()]
+        else:
+            self.lift = {shape: lifts(shape, group[0]) for shape, group in groups.items()}
+            self._heap = [(self._merge_key(group[0], shape), group[0], shape) for shape, group in groups.items()]
         heapq.heapify(self._heap)
         self._last: tuple[Entry, Shape] | None = None  # yielded; its group's next entry joins the heap lazily
+
+    def _merge_key(self, entry: Entry, shape: Shape) -> Any:
+        if self.lift is None:
+            return entry
+        return self.lift[shape](entry[0]), entry[1]
 
     def __iter__(self) -> Walk:
         return self
@@ -103,7 +117,7 @@ class Walk:
         self._advance()
         heap = self._heap
         while heap:
-            entry, shape = heapq.heappop(heap)
+            _, entry, shape = heapq.heappop(heap)
             if shape not in self._blocked:
                 self._last = (entry, shape)
                 return entry, shape
@@ -118,7 +132,7 @@ class Walk:
         if shape not in self._blocked and group:
             i = bisect.bisect_right(group, entry)
             if i < len(group):
-                heapq.heappush(self._heap, (group[i], shape))
+                heapq.heappush(self._heap, (self._merge_key(group[i], shape), group[i], shape))
 
     def run(self, limit: int, accept: Callable[[Entry], bool]) -> list[Entry]:
         """The entries that follow the one just yielded with nothing of another shape between them in queue order,
@@ -159,7 +173,11 @@ class Scheduler:
         self.prior_executed_s: dict[str, float] = {}
         by_tenant = bool(self.framework.admit) or any(p.shape_by_tenant for p in self.framework.plugins)
         by_priority = bool(self.framework.preempt)
-        self._queue = ShapeQueue(lambda job: shape_of(job, by_tenant, by_priority))
+        if self.framework.group_order:  # a shape lies within one group of the dynamic order plugins
+            groups = self.framework.key_groups
+            self._queue = ShapeQueue(lambda job: (*shape_of(job, by_tenant, by_priority), groups(job)))
+        else:
+            self._queue = ShapeQueue(lambda job: shape_of(job, by_tenant, by_priority))
         self._held: set[str] = set()  # pending jobs out of the queue until `resume` (retries backing off)
         self.failed_gpus = np.zeros(len(cluster), dtype=np.int64)  # GPUs out of service per node
         self._failed_gpu_holds: dict[int, list[Allocation]] = {}
@@ -240,6 +258,10 @@ class Scheduler:
         if self.framework.static_order:  # its key may depend on the progress it kept (srtf): sort it again
             self._dequeue(job_id)
             self._enqueue(self.jobs[job_id], self._now_s)
+        elif self.framework.group_order:  # the same, keeping its place among equal keys
+            seq, job = self._queue.seq_of(job_id), self.jobs[job_id]
+            self._queue.remove(job_id)
+            self._queue.add(job, self.framework.static_key(job, self.context(self._now_s)), seq)
 
     def cancel(self, job_id: str, now_s: float) -> bool:
         """Cancel a pending job (True), or say it is not pending (False: the world stops a running one)."""
@@ -354,7 +376,14 @@ class Scheduler:
                 (entry[0], self.jobs[entry[2]], shape) for entry, shape in walk)
             if self.profile.consolidate_window_s > 0:
                 unit_of = self._unit_finder(walk)
-        else:
+        elif self.framework.group_order:  # one key per group and cycle, and every waiting job in key order
+            blocked = set()  # not carried (keys change between cycles), and the walk skips no shape: a preemption
+            jobs, lift = self.jobs, self.framework.group_lift  # may let a later job of a blocked shape start
+            walk = self._queue.walk(set(), lambda shape, head: lift(jobs[head[2]], ctx))
+            lifts = walk.lift
+            assert lifts is not None
+            queue = ((lifts[shape](entry[0])[:-1], jobs[entry[2]], shape) for entry, shape in walk)
+        else:  # keys change between cycles: the queue is sorted afresh
             jobs, key = self.jobs, self.framework.order_key
             queue = iter(sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
                                 key=lambda kjs: (kjs[0], kjs[1].submit_s)))
@@ -444,7 +473,10 @@ class Scheduler:
     def _enqueue(self, job: Job, now_s: float) -> None:
         self.state[job.id] = JobState.PENDING
         ctx = self.context(now_s)
-        key = self.framework.order_key(job, ctx) if self.framework.static_order else ()
+        if self.framework.static_order:
+            key = self.framework.order_key(job, ctx)
+        else:
+            key = self.framework.static_key(job, ctx) if self.framework.group_order else ()
         seq = next(self._seq)
         self._queue.add(job, key, seq)
         self._note_key_expiry(job, seq, ctx)

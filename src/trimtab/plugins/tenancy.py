@@ -168,6 +168,9 @@ class Drf(Plugin):
                 self._decayed[q] = self._decayed.get(q, 0.0) * decay + previous.get(q, 0.0) * dt
         self._last_s = ctx.now_s
 
+    def key_group(self, job: Job) -> str:
+        return _queue_of(job)
+
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float, float]:
         queue = _queue_of(job)
         w = self.weights.get(queue, 1.0)
