@@ -211,6 +211,18 @@ def test_drf_orders_by_dominant_share_over_weight():
     assert key == {"heavy": 0.5 / 4, "light": 0.25, "idle": 0.0}
 
 
+def test_drf_orders_waiting_jobs_by_the_shares_of_this_cycle():
+    """qa's first job started in the last cycle; in this one qa holds half the node and qb nothing, so qb's job
+    goes before qa's second one, though qa's came first (keys computed after drf opened the cycle, not with the
+    shares of the cycle before)."""
+    scheduler = Scheduler(ClusterState(nodes(1, 8)), "drf")
+    scheduler.submit(job("a1", 4, queue="qa"), 0.0)
+    assert [j.id for j, _ in scheduler.cycle(0.0).starts] == ["a1"]
+    scheduler.submit(job("a2", 4, submit_s=1.0, queue="qa"), 1.0)
+    scheduler.submit(job("b1", 4, submit_s=1.5, queue="qb"), 1.5)
+    assert [j.id for j, _ in scheduler.cycle(2.0).starts] == ["b1"]
+
+
 def test_a_job_that_tolerates_a_taint_is_not_held_back_by_one_that_does_not():
     cl = ClusterState([Node("plain", Resources(1)), Node("tainted", Resources(1), taints=(TAINT,))])
     scheduler = Scheduler(cl, "quota-fifo")

@@ -376,17 +376,9 @@ class Scheduler:
                 (entry[0], self.jobs[entry[2]], shape) for entry, shape in walk)
             if self.profile.consolidate_window_s > 0:
                 unit_of = self._unit_finder(walk)
-        elif self.framework.group_order:  # one key per group and cycle, and every waiting job in key order
-            blocked = set()  # not carried (keys change between cycles), and the walk skips no shape: a preemption
-            jobs, lift = self.jobs, self.framework.group_lift  # may let a later job of a blocked shape start
-            walk = self._queue.walk(set(), lambda shape, head: lift(jobs[head[2]], ctx))
-            lifts = walk.lift
-            assert lifts is not None
-            queue = ((lifts[shape](entry[0])[:-1], jobs[entry[2]], shape) for entry, shape in walk)
-        else:  # keys change between cycles: the queue is sorted afresh
-            jobs, key = self.jobs, self.framework.order_key
-            queue = iter(sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
-                                key=lambda kjs: (kjs[0], kjs[1].submit_s)))
+        else:  # keys change between cycles: computed when the framework first asks for a job, after the plugins
+            blocked = set()  # opened this cycle (drf's shares); blocked shapes are not carried over
+            queue = self._grouped_queue(ctx) if self.framework.group_order else self._sorted_queue(ctx)
 
         def on_start(job: Job, alloc: Allocation) -> None:
             self._dequeue(job.id)
@@ -414,6 +406,22 @@ class Scheduler:
         if decision.reservations or (self.framework.preempt and decision.starts):
             self._blocked = set()
         return decision
+
+    def _grouped_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, Shape]]:
+        """A grouped dynamic order (Framework.group_order): one key per shape, every waiting job in key order. The
+        walk skips no shape: a preemption within the cycle may let a later job of a blocked shape start."""
+        jobs, lift = self.jobs, self.framework.group_lift
+        walk = self._queue.walk(set(), lambda shape, head: lift(jobs[head[2]], ctx))
+        lifts = walk.lift
+        assert lifts is not None
+        for entry, shape in walk:
+            yield lifts[shape](entry[0])[:-1], jobs[entry[2]], shape
+
+    def _sorted_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, Shape]]:
+        """Any other dynamic order: every waiting job's key, sorted."""
+        jobs, key = self.jobs, self.framework.order_key
+        yield from sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
+                          key=lambda kjs: (kjs[0], kjs[1].submit_s))
 
     def _unit_finder(self, walk: Walk) -> Callable[[Job, Shape], list[Job]]:
         """Task consolidation (Profile.consolidate_window_s): the jobs that may join `head`, just yielded by
