@@ -14,11 +14,26 @@ from pathlib import Path
 import numpy as np
 
 from trimtab.framework import Profile
+from trimtab.model import Job
 from trimtab.sim.run import SimConfig, compare
 from trimtab.spec.cluster import load_cluster
 from trimtab.spec.traces import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/pollux-adaptdl/simulator/traces/philly.csv"
+
+
+def vc_profiles(jobs: list[Job]) -> list[Profile]:
+    """The policies compared, each VC (tenant) of `jobs` a queue of weight 1 (equal shares)."""
+    queues = [{"name": vc, "weight": 1} for vc in sorted({j.tenant for j in jobs})]
+    return [
+        Profile.load("fifo-backfill"),
+        Profile(name="queues-no-borrow", admit=["quota"], order=["fifo"],
+                args={"quota": {"queues": queues, "borrowing": False}}),
+        Profile(name="queues-borrow", admit=["quota"], order=["fifo"],
+                args={"quota": {"queues": queues, "borrowing": True}}),
+        Profile.load("drf").with_args({"quota": {"queues": queues}}),
+        Profile.load("tenants").with_args({"quota": {"queues": queues}}),
+    ]
 
 
 def main() -> None:
@@ -29,18 +44,8 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=None)
     args = parser.parse_args()
     jobs = load_trace(f"philly:{args.trace}")[:args.jobs]
-    queues = [{"name": vc, "weight": 1} for vc in sorted({j.tenant for j in jobs})]
-    profiles = [
-        Profile.load("fifo-backfill"),
-        Profile(name="queues-no-borrow", admit=["quota"], order=["fifo"],
-                args={"quota": {"queues": queues, "borrowing": False}}),
-        Profile(name="queues-borrow", admit=["quota"], order=["fifo"],
-                args={"quota": {"queues": queues, "borrowing": True}}),
-        Profile.load("drf").with_args({"quota": {"queues": queues}}),
-        Profile.load("tenants").with_args({"quota": {"queues": queues}}),
-    ]
     t0 = time.perf_counter()
-    runs = compare(load_cluster(args.cluster), jobs, profiles, SimConfig(), workers=args.workers)
+    runs = compare(load_cluster(args.cluster), jobs, vc_profiles(jobs), SimConfig(), workers=args.workers)
     total_s = time.perf_counter() - t0
     for name, run in runs.items():
         s = run["summary"]

@@ -192,6 +192,14 @@ def records(out: Path, job_id: int, attempt: int = 1) -> dict[int, list[str]]:
     return found
 
 
+def wait_records(out: Path, job_id: int, tasks: int, attempt: int = 1, timeout_s: float = 60) -> None:
+    """Wait until `tasks` tasks of the attempt have started (written their record)."""
+    deadline = time.monotonic() + timeout_s
+    while len(records(out, job_id, attempt)) < tasks:
+        assert time.monotonic() < deadline, f"job {job_id} attempt {attempt}: not {tasks} tasks started"
+        time.sleep(0.2)
+
+
 @pytest.mark.slow
 @pytest.mark.ray_cluster
 def test_gangs_spread_over_both_workers_start_together_with_the_right_environment(
@@ -239,8 +247,7 @@ def test_a_high_priority_gang_preempts_a_low_one_and_a_tenant_over_quota_waits(
         low = client.post("/v1/jobs", json={"command": record_cmd(out, 60), "gpus": 1, "tasks": 8,
                                              "priority_class": "low"}).json()["id"]
         wait_job(client, low, ("running",), 60)
-        while len(records(out, low)) < 8:
-            time.sleep(0.2)
+        wait_records(out, low, 8)
         # the gang holds one placement group, each bundle on the node of its task
         group = ray_cluster.placement_groups()[f"trimtab-gang-{low}.1"]
         ranks = sorted(client.get(f"/v1/jobs/{low}").json()["runs"], key=lambda r: r["rank"])
@@ -276,9 +283,7 @@ def test_a_server_killed_mid_job_adopts_its_running_tasks_at_restart(
     _, server, out = cluster
     with server.client() as client:
         job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 6), "gpus": 1, "tasks": 2}).json()["id"]
-        deadline = time.monotonic() + 60
-        while len(records(out, job_id)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_records(out, job_id, 2)
     server.kill()
     server.start(timeout_s=90)
     with server.client() as client:
@@ -297,14 +302,10 @@ def test_a_lost_worker_node_fails_its_job_which_retries_on_the_survivor(
     with server.client() as client:
         job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 8), "gpus": 2, "tasks": 1,
                                                "retries": 1}).json()["id"]
-        deadline = time.monotonic() + 60
-        while not records(out, job_id) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_records(out, job_id, 1)
         first_node = records(out, job_id)[0][0]
         ray_cluster.kill(first_node)
-        deadline = time.monotonic() + 60
-        while not records(out, job_id, 2) and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_records(out, job_id, 1, attempt=2)
         assert leftover_tasks(f"TRIMTAB_RUN_ID={job_id}.1.0") == [], "the lost node's task died with its node"
         job = wait_job(client, job_id, ("completed", "failed"), 120)
         assert job["state"] == "completed", json.dumps(job, indent=1)  # whole: its runs say why
@@ -329,9 +330,7 @@ def test_a_server_whose_ray_node_is_lost_exits_and_its_restart_adopts_the_runnin
     ray_cluster, server, out = cluster
     with server.client() as client:
         job_id = client.post("/v1/jobs", json={"command": record_cmd(out, 8), "gpus": 1, "tasks": 2}).json()["id"]
-        deadline = time.monotonic() + 60
-        while len(records(out, job_id)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.2)
+        wait_records(out, job_id, 2)
     ray_cluster.kill("srv")
     assert server.proc is not None
     assert server.proc.wait(timeout=30) == 3

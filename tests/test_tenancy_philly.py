@@ -1,14 +1,19 @@
 """The Philly-derived job list with its virtual clusters as tenants (equal queue weights) on 56x8 GPUs: how quota
 queues with and without borrowing, drf with reclaim, and the tenants profile change each VC's wait."""
 
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
 from builders import trace_path
-from trimtab.framework import Profile
 from trimtab.sim.run import SimConfig, compare
 from trimtab.spec.cluster import load_cluster
 from trimtab.spec.traces import load_trace
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from tenancy_philly import vc_profiles  # the benchmark's policies: the same runs, on fewer jobs
 
 JOBS = 5000  # the first 5,000 jobs (12 VCs) keep this under a minute; the full list has 15 VCs
 
@@ -20,17 +25,7 @@ def vc_waits(run: dict) -> np.ndarray:
 @pytest.mark.slow
 def test_philly_vcs_as_tenants():
     jobs = load_trace(f"philly:{trace_path('pollux-adaptdl/simulator/traces/philly.csv')}")[:JOBS]
-    queues = [{"name": vc, "weight": 1} for vc in sorted({j.tenant for j in jobs})]
-    profiles = [
-        Profile.load("fifo-backfill"),
-        Profile(name="queues-no-borrow", admit=["quota"], order=["fifo"],
-                args={"quota": {"queues": queues, "borrowing": False}}),
-        Profile(name="queues-borrow", admit=["quota"], order=["fifo"],
-                args={"quota": {"queues": queues, "borrowing": True}}),
-        Profile.load("drf").with_args({"quota": {"queues": queues}}),
-        Profile.load("tenants").with_args({"quota": {"queues": queues}}),
-    ]
-    runs = compare(load_cluster("56x8"), jobs, profiles, SimConfig(timing=False), workers=2)
+    runs = compare(load_cluster("56x8"), jobs, vc_profiles(jobs), SimConfig(timing=False), workers=2)
     for name, run in runs.items():
         w = vc_waits(run)
         print(f"{name:18} jain={run['summary']['fairness_jain']} avg_wait_s={run['summary']['avg_wait_s']:.0f} "
