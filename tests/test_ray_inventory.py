@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from trimtab.serve.executors.ray import node_name, ray_inventory
+from trimtab.serve.executors.ray import _Gang, node_name, ray_inventory
 
 
 def _node(node_id: str, alive: bool = True, **resources: float) -> dict[str, Any]:
@@ -36,20 +36,28 @@ def test_two_raylets_on_one_host_get_different_names_and_no_alive_node_is_an_err
 
 
 class _Util:
-    """Stands in for `ray.util`: records the placement groups asked for."""
+    """Stands in for `ray.util`: the placement groups asked for, by name, and those removed."""
 
     def __init__(self) -> None:
         self.groups: list[dict[str, Any]] = []
+        self.removed: list[str] = []
 
     def get_placement_group(self, name: str) -> Any:
-        raise ValueError(name)  # no leftover of that name
+        found = [g for g in self.groups if g["name"] == name and g["name"] not in self.removed]
+        if not found:
+            raise ValueError(name)
+        return found[-1]
 
     def remove_placement_group(self, group: Any) -> None:
-        raise AssertionError("nothing to remove")
+        self.removed.append(group["name"])
 
     def placement_group(self, bundles: list[dict[str, float]], **kw: Any) -> dict[str, Any]:
         self.groups.append({"bundles": bundles, **kw})
         return self.groups[-1]
+
+    def placement_group_table(self) -> dict[str, dict[str, Any]]:
+        return {str(i): {"name": g["name"], "state": "REMOVED" if g["name"] in self.removed else "CREATED"}
+                for i, g in enumerate(self.groups)}
 
 
 def _executor(ips: dict[str, str]) -> Any:
@@ -89,3 +97,19 @@ def test_no_placement_group_where_an_address_names_two_nodes_and_a_dead_node_fai
     ex._alive.discard("b")
     with pytest.raises(OSError, match="not alive"):
         ex.prepare_gang([_task(0, "a"), _task(1, "b")])
+
+
+def test_a_gangs_group_is_removed_once_all_its_actors_are_gone_and_leftovers_are_swept() -> None:
+    ex = _executor({"a": "10.0.0.1", "b": "10.0.0.2"})
+    util = ex._ray.util
+    util.placement_group([{"GPU": 1}], name="trimtab-gang-3.1")  # left by a server that crashed before launching
+    util.placement_group([{"GPU": 1}], name="trimtab-gang-4.2")  # held by an adopted task
+    util.placement_group([{"GPU": 1}], name="someone-else")
+    ex._gangs["trimtab-gang-4.2"] = _Gang(util.get_placement_group("trimtab-gang-4.2"), {"4.2.0"})
+    ex._sweep_gangs()
+    assert util.removed == ["trimtab-gang-3.1"]
+    ex.prepare_gang([_task(0, "a"), _task(1, "b")])
+    ex._release_gang("7.1.0")
+    assert "trimtab-gang-7.1" not in util.removed, "rank 1 still holds its bundle"
+    ex._release_gang("7.1.1")
+    assert util.removed[-1] == "trimtab-gang-7.1" and "trimtab-gang-7.1" not in ex._gangs
