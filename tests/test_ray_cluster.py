@@ -32,6 +32,20 @@ FAST_HEALTH = {"RAY_health_check_period_ms": "500", "RAY_health_check_failure_th
                "RAY_health_check_initial_delay_ms": "1000", "RAY_health_check_timeout_ms": "500"}
 
 
+START_TIMEOUT_S = 20  # the server fails a task that Ray has not started by then (its GPUs held by others)
+# Other Ray work (a driver of its own) holding every GPU of every alive GPU node, until it is killed.
+HOG = """
+import ray, sys, time
+ray.init(address=sys.argv[1], logging_level="ERROR", log_to_driver=False)
+ips = [n["NodeManagerAddress"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("GPU", 0) > 0]
+hogs = [ray.remote(num_gpus=4, num_cpus=0, resources={f"node:{ip}": 0.001})(type("Hog", (), {"ping": lambda self: 1}))
+        .remote() for ip in ips]
+ray.get([h.ping.remote() for h in hogs])
+print("holding", len(hogs), flush=True)
+time.sleep(600)
+"""
+
+
 class RayCluster:
     """A head (no GPUs) and `workers` worker raylets on this machine, each started by `ray start` in its own
     session. Worker i (named w1, w2..) advertises its own address, 127.0.0.<i+1>, as a machine of its own would;
@@ -160,7 +174,8 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[RayClust
     try:
         server = Server(root / "data", "--backend", "ray", "--ray-address", ray_cluster.address,
                         "--ray-node-ip", RayCluster.SERVER_NODE_IP, "--policy", "priority",
-                        env={**FAST_HEALTH, "TRIMTAB_RAY_LOG_DIR": str(root / "nodelogs")}).start(timeout_s=90)
+                        env={**FAST_HEALTH, "TRIMTAB_RAY_LOG_DIR": str(root / "nodelogs"),
+                             "TRIMTAB_RAY_START_TIMEOUT_S": str(START_TIMEOUT_S)}).start(timeout_s=90)
         out = root / "out"
         out.mkdir()
         yield ray_cluster, server, out
@@ -366,3 +381,28 @@ def test_a_worker_that_joins_is_taken_in_and_a_gang_spans_it(cluster: tuple[RayC
     assert job["state"] == "completed", json.dumps(job, indent=1)
     spans = {r[0] for r in records(out, job_id).values()}
     assert len(spans) == 2 and name in spans, spans
+
+
+@pytest.mark.slow
+@pytest.mark.ray_cluster
+def test_a_task_that_ray_cannot_start_fails_in_time_and_the_next_one_runs(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    """Other Ray work takes every GPU behind trimtab's back: the job's task, which trimtab placed on GPUs it thinks
+    free, is never started by Ray, so the server fails the attempt after START_TIMEOUT_S and says why (it does not
+    stay "running" for ever). Once the GPUs are back, the next job runs."""
+    ray_cluster, server, out = cluster
+    hog = subprocess.Popen([sys.executable, "-c", HOG, ray_cluster.address], stdout=subprocess.PIPE, text=True,
+                           env=ray_cluster.env, start_new_session=True)
+    try:
+        assert hog.stdout is not None and hog.stdout.readline().startswith("holding"), "the GPUs were not taken"
+        with server.client() as client:
+            stuck = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 1}).json()["id"]
+            job = wait_job(client, stuck, ("completed", "failed"), START_TIMEOUT_S + 40)
+        assert job["state"] == "failed" and "not started by Ray" in job["reason"], job
+        assert not records(out, stuck)
+    finally:
+        os.killpg(hog.pid, signal.SIGKILL)
+        hog.wait()
+    with server.client() as client:
+        after = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 1}).json()["id"]
+        assert wait_job(client, after, ("completed", "failed"), 90)["state"] == "completed"

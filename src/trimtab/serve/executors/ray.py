@@ -232,7 +232,7 @@ class RayExecutor(Executor):
 
     def __init__(self, address: str, clock: Callable[[], float] = time.monotonic,
                  nodes_every_s: float = 1.0, log_dir: str | None = None, lost_wait_s: float = 45.0,
-                 node_ip: str | None = None) -> None:
+                 node_ip: str | None = None, start_timeout_s: float | None = None) -> None:
         connect(address, node_ip)
         ray = _ray()
         self._ray = ray
@@ -240,6 +240,8 @@ class RayExecutor(Executor):
         self._clock = clock
         self._nodes_every_s = nodes_every_s
         self._lost_wait_s = lost_wait_s
+        self._start_timeout_s = start_timeout_s if start_timeout_s is not None else float(
+            os.environ.get("TRIMTAB_RAY_START_TIMEOUT_S", "120"))
         self._next_nodes_s = 0.0
         self._log_dir = log_dir or os.environ.get("TRIMTAB_RAY_LOG_DIR", "/tmp/trimtab-ray")
         self._tasks: dict[str, _Tracked] = {}
@@ -338,6 +340,7 @@ class RayExecutor(Executor):
         tracked.wait_ref = actor.wait.remote()
         started = actor.start.remote(list(task.argv), env, task.workdir)
         tracked.extra["start_ref"] = started
+        tracked.extra["launched_s"] = self._clock()
         self._tasks[task.run_id] = tracked
         return {"actor": name, "node_id": node_id, "namespace": NAMESPACE,
                 "placement_group": gang if gang in self._gangs else None}
@@ -369,6 +372,15 @@ class RayExecutor(Executor):
                     if "error" in info:
                         tracked.ended, tracked.exit_code = True, 127
                         tracked.detail = f"could not start: {info['error']}"
+                elif tracked.kill_at_s is None and now - tracked.extra["launched_s"] >= self._start_timeout_s:
+                    # Ray has not placed the actor (its GPUs are held by work trimtab does not see): fail it
+                    tracked.extra.pop("start_ref")
+                    with contextlib.suppress(Exception):
+                        ray.kill(tracked.actor, no_restart=True)
+                    tracked.killed = tracked.ended = True
+                    tracked.exit_code = 127
+                    tracked.detail = (f"not started by Ray within {self._start_timeout_s:g} s "
+                                      "(its GPUs held by other Ray work?)")
             if not tracked.ended:
                 ready, _ = ray.wait([tracked.wait_ref], timeout=0)
                 if ready:
