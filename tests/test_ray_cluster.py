@@ -101,23 +101,23 @@ class RayCluster:
             self.stop()
             raise RuntimeError(f"ray start {name} failed:\n{(self.root / f'ray-{name}.log').read_text()[-3000:]}")
 
-    def nodes(self) -> list[dict[str, Any]]:
-        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
-                "log_to_driver=False); print(json.dumps([{'alive': n['Alive'], 'ip': n['NodeManagerAddress'], "
-                "'head': 'node:__internal_head__' in n['Resources']} for n in ray.nodes()]))")
+    def _ask(self, setup: str, expression: str) -> Any:
+        """Run `setup`, then print `expression` as JSON, in a driver of its own on the cluster."""
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
+                f"{setup}; print(json.dumps({expression}))")
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                              env=self.env)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
+    def nodes(self) -> list[dict[str, Any]]:
+        return self._ask("pass", "[{'alive': n['Alive'], 'ip': n['NodeManagerAddress'], "
+                                 "'head': 'node:__internal_head__' in n['Resources']} for n in ray.nodes()]")
+
     def placement_groups(self) -> dict[str, dict[str, Any]]:
         """Every placement group by name: its state and the address of the node of each bundle."""
-        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', "
-                "log_to_driver=False); ips = {n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}; "
-                "print(json.dumps({g['name']: {'state': g['state'], 'nodes': [ips.get(g['bundles_to_node_id']"
-                ".get(i)) for i in range(len(g['bundles']))]} for g in ray.util.placement_group_table().values()}))")
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                             env=self.env)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        return self._ask("ips = {n['NodeID']: n['NodeManagerAddress'] for n in ray.nodes()}",
+                         "{g['name']: {'state': g['state'], 'nodes': [ips.get(g['bundles_to_node_id'].get(i)) "
+                         "for i in range(len(g['bundles']))]} for g in ray.util.placement_group_table().values()}")
 
     def wait_nodes(self, alive: int, timeout_s: float = 60) -> str:
         """Wait until `alive` nodes are alive; returns the head's address."""

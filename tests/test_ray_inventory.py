@@ -35,6 +35,11 @@ def test_two_raylets_on_one_host_get_different_names_and_no_alive_node_is_an_err
         ray_inventory([_node("ff" * 28, alive=False, GPU=1.0)])
 
 
+class _Group(dict):
+    def ready(self) -> None:
+        return None
+
+
 class _Util:
     """Stands in for `ray.util`: the placement groups asked for, by name, and those removed."""
 
@@ -52,7 +57,7 @@ class _Util:
         self.removed.append(group["name"])
 
     def placement_group(self, bundles: list[dict[str, float]], **kw: Any) -> dict[str, Any]:
-        self.groups.append({"bundles": bundles, **kw})
+        self.groups.append(_Group({"bundles": bundles, **kw}))
         return self.groups[-1]
 
     def placement_group_table(self) -> dict[str, dict[str, Any]]:

@@ -187,10 +187,13 @@ class TaskActor:
 
 @dataclass(slots=True)
 class _Gang:
-    """The placement group of one attempt and its tasks whose actors have not been reaped yet."""
+    """The placement group of one attempt, its tasks whose actors have not been reaped yet, and whether Ray has
+    reserved its bundles (`ready_ref`, the group's ready() call; None for a group adopted after a restart)."""
 
     group: Any
     holding: set[str]
+    ready_ref: Any = None
+    placed: bool = False
 
 
 @dataclass(slots=True)
@@ -313,7 +316,7 @@ class RayExecutor(Executor):
         bundles = [{**({"GPU": _gpus(task)} if _gpus(task) else {}), f"node:{ip}": PIN}
                    for task, ip in zip(tasks, ips, strict=True)]
         group = ray.util.placement_group(bundles, strategy="PACK", name=name, lifetime="detached")
-        self._gangs[name] = _Gang(group, {task.run_id for task in tasks})
+        self._gangs[name] = _Gang(group, {task.run_id for task in tasks}, group.ready())
 
     def launch(self, task: TaskLaunch) -> dict[str, Any]:
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy, PlacementGroupSchedulingStrategy
@@ -372,8 +375,9 @@ class RayExecutor(Executor):
                     if "error" in info:
                         tracked.ended, tracked.exit_code = True, 127
                         tracked.detail = f"could not start: {info['error']}"
-                elif tracked.kill_at_s is None and now - tracked.extra["launched_s"] >= self._start_timeout_s:
-                    # Ray has not placed the actor (its GPUs are held by work trimtab does not see): fail it
+                elif (tracked.kill_at_s is None and now - tracked.extra["launched_s"] >= self._start_timeout_s
+                      and not self._gang_placed(run_id)):
+                    # Ray has not reserved the task's GPUs (held by work trimtab does not see): fail it
                     tracked.extra.pop("start_ref")
                     with contextlib.suppress(Exception):
                         ray.kill(tracked.actor, no_restart=True)
@@ -457,6 +461,18 @@ class RayExecutor(Executor):
             else:
                 keep.append((run_id, actor, ref, kill_at_s))
         self._reaping = keep
+
+    def _gang_placed(self, run_id: str) -> bool:
+        """Whether Ray has reserved the bundles of the task's gang (its actor is then only slow to start). False
+        for a task without a placement group: its start alone is timed."""
+        job, attempt, _rank = run_id.split(".")
+        gang = self._gangs.get(_gang_name(int(job), int(attempt)))
+        if gang is None or gang.ready_ref is None:
+            return False
+        if not gang.placed:
+            ready, _ = self._ray.wait([gang.ready_ref], timeout=0)
+            gang.placed = bool(ready)
+        return gang.placed
 
     def _release_gang(self, run_id: str) -> None:
         """A task's actor is gone: once its whole gang's are, remove the gang's placement group."""
