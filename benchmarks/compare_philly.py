@@ -10,9 +10,9 @@ import resource
 import time
 from pathlib import Path
 
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.sim.run import SimConfig, compare
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/pollux-adaptdl/simulator/traces/philly.csv"
 

@@ -13,11 +13,12 @@ import os
 import time
 from pathlib import Path
 
-from trimtab.framework import Plugin, Profile
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.plugins.tenancy import Drf
+from trimtab.policy import Plugin
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/pollux-adaptdl/simulator/traces/philly.csv"
 

@@ -12,9 +12,9 @@ import os
 import time
 from pathlib import Path
 
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.sim.packing import run_packing, write_openb_variants
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 TRACES = Path(os.environ.get("TRIMTAB_TRACES", Path(__file__).resolve().parents[2] / "shared" / "traces"))
 CSV = TRACES / "alibaba-gpu-v2023-openb" / "cluster-trace-gpu-v2023" / "csv"

@@ -12,8 +12,8 @@ import time
 import numpy as np
 
 from trimtab.cluster import ClusterState
-from trimtab.framework import Profile
 from trimtab.model import Job, JobState, Node, Resources, Taint
+from trimtab.profile import Profile
 from trimtab.scheduler import Scheduler
 
 MODELS = ("a100", "v100", "h100", "t4")

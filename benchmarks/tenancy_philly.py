@@ -13,11 +13,11 @@ from pathlib import Path
 
 import numpy as np
 
-from trimtab.framework import Profile
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.model import Job
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, compare
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/pollux-adaptdl/simulator/traces/philly.csv"
 

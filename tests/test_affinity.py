@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext, RunningJob
 from trimtab.model import Job, JobState, LabelSelector, Node, PodAffinity, PodAffinityTerm, Resources
 from trimtab.plugins.affinity import InterPodAffinity
 from trimtab.plugins.filters import NodeAffinity
+from trimtab.policy import CycleContext, RunningJob
 from trimtab.scheduler import Scheduler
 
 ZONE = "topology.kubernetes.io/zone"

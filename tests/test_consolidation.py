@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 from builders import job, nodes
 from test_properties import check_invariants, scenarios
 from trimtab.cluster import ClusterState
-from trimtab.framework import Profile
 from trimtab.model import JobState
+from trimtab.profile import Profile
 from trimtab.scheduler import Scheduler
 from trimtab.sim.run import SimConfig, simulate
 

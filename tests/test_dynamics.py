@@ -5,9 +5,9 @@ import pytest
 
 from builders import job, nodes
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext
 from trimtab.model import Resources
 from trimtab.plugins.dynamics import Drain, Heterogeneity, History, ScorePack, Signals, Topology
+from trimtab.policy import CycleContext
 from trimtab.sim.load import Burst, apply_load
 
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from builders import job, nodes
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 from trimtab.sim.faults import FaultSpec, parse_duration_s
 from trimtab.sim.run import SimConfig, simulate
 

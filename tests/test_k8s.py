@@ -4,9 +4,9 @@ from fractions import Fraction
 
 import pytest
 
+from trimtab.formats import FormatError
+from trimtab.formats.k8s import load_manifests, parse_duration_s, parse_quantity
 from trimtab.model import LabelSelector
-from trimtab.spec import SpecError
-from trimtab.spec.k8s import load_manifests, parse_duration_s, parse_quantity
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -54,19 +54,19 @@ def pod(name="p", ns="team-a", resources="{limits: {nvidia.com/gpu: 1}}", extra=
 
 
 def test_a_pod_naming_a_missing_priority_class_is_refused():
-    with pytest.raises(SpecError, match=r"Pod p.*priorityClassName.*no PriorityClass with name gold was found"):
+    with pytest.raises(FormatError, match=r"Pod p.*priorityClassName.*no PriorityClass with name gold was found"):
         load(pod(extra="priorityClassName: gold"))
 
 
 def test_a_quantity_that_does_not_parse_names_document_and_field():
-    with pytest.raises(SpecError) as err:
+    with pytest.raises(FormatError) as err:
         load(pod(resources="{requests: {cpu: 2 cores}, limits: {nvidia.com/gpu: 1}}"))
     assert "document 1" in str(err.value) and "Pod p" in str(err.value)
     assert err.value.field == "spec.containers[0].resources.requests.cpu"
 
 
 def test_a_pod_whose_gang_is_never_defined_is_refused():
-    with pytest.raises(SpecError, match=r"PodGroup 'ghost'.*no document defines"):
+    with pytest.raises(FormatError, match=r"PodGroup 'ghost'.*no document defines"):
         load(pod(annotations="{scheduling.k8s.io/group-name: ghost}"))
 
 
@@ -77,7 +77,7 @@ kind: ResourceQuota
 metadata: {name: gpus, namespace: team-a}
 spec: {hard: {requests.nvidia.com/gpu: "2"}}
 ---"""
-    with pytest.raises(SpecError, match=r"exceeds ResourceQuota team-a/gpus on its own.*asked 4, hard limit 2"):
+    with pytest.raises(FormatError, match=r"exceeds ResourceQuota team-a/gpus on its own.*asked 4, hard limit 2"):
         load(quota + pod(resources="{limits: {nvidia.com/gpu: 4}}"))
     assert load(quota + pod(resources="{limits: {nvidia.com/gpu: 2}}")).jobs[0].gpus == 2
 
@@ -89,7 +89,7 @@ kind: ResourceQuota
 metadata: {name: compute, namespace: team-a}
 spec: {hard: {requests.cpu: "8"}}
 ---"""
-    with pytest.raises(SpecError, match=r"must specify requests\.cpu"):
+    with pytest.raises(FormatError, match=r"must specify requests\.cpu"):
         load(quota + pod())
     assert load(quota + pod(resources="{requests: {cpu: 1}, limits: {nvidia.com/gpu: 1}}")).jobs[0].task.cpu_milli \
         == 1000
@@ -103,7 +103,7 @@ spec: {hard: {requests.cpu: "8"}}
     ("{requests: {cpu: 2}, limits: {cpu: 1}}", "less than or equal to the limit"),
 ])
 def test_invalid_requests_are_refused(resources, problem):
-    with pytest.raises(SpecError, match=problem):
+    with pytest.raises(FormatError, match=problem):
         load(pod(resources=resources))
 
 
@@ -155,7 +155,7 @@ def test_priority_classes_give_values_defaults_and_preemption_policy():
     (PRIORITY % ("odd", 1, "false", "Sometimes"), "PreemptLowerPriority or Never"),
 ])
 def test_invalid_priority_classes_are_refused(text, problem):
-    with pytest.raises(SpecError, match=problem):
+    with pytest.raises(FormatError, match=problem):
         load(text)
 
 
@@ -177,7 +177,7 @@ def test_pods_of_a_pod_group_become_one_gang(api, how):
     pods = "---".join(pod(f"w{i}", **{key: value}) for i in range(4))
     (job,) = load(GROUP.format(api=api, min_member=4) + pods).jobs
     assert (job.id, job.tasks, job.gpus, job.queue) == ("team-a/g", 4, 4, "research")
-    with pytest.raises(SpecError, match="minMember is 5 but only 4 pods"):
+    with pytest.raises(FormatError, match="minMember is 5 but only 4 pods"):
         load(GROUP.format(api=api, min_member=5) + pods)
 
 
@@ -326,7 +326,7 @@ PODAFF = "affinity: {podAffinity: {requiredDuringSchedulingIgnoredDuringExecutio
     ("affinity: {podAntiAffinity: [a]}", "spec.affinity.podAntiAffinity", "must be a mapping"),
 ])
 def test_invalid_affinity_names_document_and_field(extra, field, problem):
-    with pytest.raises(SpecError, match=problem) as err:
+    with pytest.raises(FormatError, match=problem) as err:
         load(pod(extra=extra))
     assert err.value.field == field and "Pod p" in str(err.value)
 

@@ -92,7 +92,7 @@ def test_loading_delays_progress_and_a_second_run_on_the_same_node_finds_the_dat
 def test_the_locality_score_sends_a_job_to_the_node_that_caches_its_dataset():
     """Two idle nodes; a job's dataset is on node n001 (an earlier job ran there): score-pack + locality picks
     n001, plain pack picks n000 (lowest index)."""
-    from trimtab.framework import Profile
+    from trimtab.profile import Profile
 
     first = job("first", gpus=8, duration_s=100.0, dataset="d", dataset_gb=100.0)
     blocker = job("blocker", gpus=8, duration_s=300.0, dataset="small", dataset_gb=1.0)

@@ -7,14 +7,16 @@ import numpy as np
 import pytest
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext, Framework, Profile
+from trimtab.cycle import Framework
+from trimtab.formats import FormatError
+from trimtab.formats.openb import load_openb_nodes, load_openb_pods
 from trimtab.model import Job, Node, Resources
 from trimtab.plugins import default_registry
 from trimtab.plugins.place import top_node
 from trimtab.plugins.score import PLUGINS, TargetWorkload
+from trimtab.policy import CycleContext
+from trimtab.profile import Profile
 from trimtab.sim.packing import arrival_order, parse_seeds, run_packing
-from trimtab.spec import SpecError
-from trimtab.spec.openb import load_openb_nodes, load_openb_pods
 
 CPU = 64_000
 
@@ -275,15 +277,15 @@ def test_openb_readers(tmp_path):
     assert [j.duration_s for j in jobs] == [100.0, None, None, 10.0]
     bad = tmp_path / "bad.csv"
     bad.write_text(header + "p0,1000,1,2,500,,LS,Running,0,1,0\n")
-    with pytest.raises(SpecError, match=r"bad\.csv line 2, field gpu_milli"):
+    with pytest.raises(FormatError, match=r"bad\.csv line 2, field gpu_milli"):
         load_openb_pods(bad)
     bad.write_text("sn,cpu_milli,memory_mib,gpu,model\nb,96000,393216,8,\n")
-    with pytest.raises(SpecError, match="line 2, field model"):
+    with pytest.raises(FormatError, match="line 2, field model"):
         load_openb_nodes(bad)
 
 
 def test_openb_prefixes_reach_the_readers(tmp_path):
-    from trimtab.spec import load_cluster, load_trace
+    from trimtab.formats import load_cluster, load_trace
 
     nodes = tmp_path / "n.csv"
     nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nb,96000,393216,8,G2\n")

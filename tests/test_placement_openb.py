@@ -8,8 +8,8 @@ import hashlib
 import pytest
 
 from builders import trace_path
+from trimtab.formats import load_cluster, load_trace
 from trimtab.sim.packing import packing_experiment, run_packing, write_openb_variants
-from trimtab.spec import load_cluster, load_trace
 
 CSV = "alibaba-gpu-v2023-openb/cluster-trace-gpu-v2023/csv"
 PAPER = {"best-fit": (92.86, 93.08), "fgd": (95.23, 95.39)}  # REFERENCE.md section 1: mean of seeds 42..51

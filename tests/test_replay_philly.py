@@ -3,9 +3,9 @@
 import pytest
 
 from builders import trace_path
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.sim.run import SimConfig, simulate
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 
 @pytest.mark.slow

@@ -4,9 +4,10 @@ import pytest
 
 from builders import job, nodes
 from trimtab.cluster import ClusterState
-from trimtab.framework import Plugin, Profile, Registry
 from trimtab.model import JobState
 from trimtab.plugins import default_registry
+from trimtab.policy import Plugin
+from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 
 

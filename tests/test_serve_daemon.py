@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select
 
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 from trimtab.serve.daemon import Daemon, Principal, ServeError
 from trimtab.serve.executors.base import TaskLaunch
 from trimtab.serve.executors.fake import FakeExecutor

@@ -5,9 +5,9 @@ import pytest
 
 from builders import job, nodes
 from trimtab.cluster import ClusterState
-from trimtab.framework import Profile
 from trimtab.model import JobState, Node, Outcome, Resources, Taint
 from trimtab.plugins.filters import NodeAffinity, Taints, tolerates
+from trimtab.profile import Profile
 from trimtab.scheduler import Scheduler
 from trimtab.sim.run import SimConfig, simulate
 
@@ -99,8 +99,8 @@ def test_a_gpu_count_reservation_holds_free_gpus_back_from_others():
 
 
 def test_quota_blocked_time_is_booked_per_tenant():
-    from trimtab.framework import Code, Status
     from trimtab.metrics import Recorder
+    from trimtab.policy import Code, Status
 
     recorder = Recorder(ClusterState(nodes(1, 8)))
     a, b = job("a", 2, tenant="x"), job("b", 2, tenant="y")

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from builders import trace_path
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.sim.run import SimConfig, compare
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 from tenancy_philly import vc_profiles  # the benchmark's policies: the same runs, on fewer jobs

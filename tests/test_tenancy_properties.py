@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
 from stories import manifests, node, peak_by, priority_class, quota, run, vcjob
 
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 
 POLICIES = ["tenants", "quota-fifo", "drf", "reserve", "tenants-delay-consolidate"]
 

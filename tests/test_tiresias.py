@@ -6,9 +6,9 @@ import itertools
 import pytest
 
 from builders import trace_path
+from trimtab.formats.cluster import load_cluster
+from trimtab.formats.traces import load_trace
 from trimtab.sim.run import SimConfig, simulate
-from trimtab.spec.cluster import load_cluster
-from trimtab.spec.traces import load_trace
 
 # Average JCT in seconds computed by Tiresias's run_sim.py on 60_job.csv with 1 switch x 1 node x 8 GPUs,
 # --scheme=count: --schedule=fifo, dlas-gpu, and shortest (its preemptive shortest-remaining-time-first).

@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from builders import nodes
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig
 from trimtab.sim.tune import knobs, objective, split, tune, with_values
 from trimtab.sim.workload import synthetic
@@ -49,7 +49,7 @@ def test_a_small_search_gives_a_profile_that_loads_back(tmp_path):
 
 
 def test_steady_knobs_leave_the_structure_alone() -> None:
-    from trimtab.framework import Profile
+    from trimtab.profile import Profile
     from trimtab.sim.tune import knobs
 
     paths = {k.path for k in knobs(Profile.load("steady"))}

@@ -3,9 +3,10 @@
 The public surface is what `__all__` names; everything else is private to the package."""
 
 from trimtab.cluster import Allocation, ClusterState, Txn
-from trimtab.framework import CycleContext, Decision, Plugin, Profile, Registry, Reservation, Status
 from trimtab.model import Job, JobState, Node, Outcome, Resources, Taint
 from trimtab.plugins import default_registry
+from trimtab.policy import CycleContext, Decision, Plugin, Reservation, Status
+from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.sim.run import SimConfig, compare, simulate
 

@@ -15,8 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trimtab.framework import Profile
 from trimtab.model import Job, Node
+from trimtab.profile import Profile
 from trimtab.report import COLUMNS, best_per_column, write_report
 from trimtab.sim.run import SimConfig, compare, simulate
 
@@ -51,9 +51,9 @@ ManifestsOpt = Annotated[Path | None, typer.Option(
 
 def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], list[Job]]:
     """The cluster's nodes and the workload's jobs from their command-line specs."""
+    from trimtab.formats.cluster import load_cluster
+    from trimtab.formats.traces import load_trace
     from trimtab.sim.workload import parse_workload_spec, synthetic
-    from trimtab.spec.cluster import load_cluster
-    from trimtab.spec.traces import load_trace
 
     nodes = load_cluster(cluster)
     if workload == "synthetic" or workload.startswith("synthetic:"):
@@ -71,8 +71,8 @@ def load_inputs_with_manifests(cluster: str, workload: str, manifests: Path | No
         if not cluster or not workload:
             raise ValueError("give --cluster and --workload, or --manifests")
         return *load_inputs(cluster, workload, seed), {}
-    from trimtab.spec.cluster import load_cluster
-    from trimtab.spec.k8s import load_manifests
+    from trimtab.formats.cluster import load_cluster
+    from trimtab.formats.k8s import load_manifests
 
     if workload:
         raise ValueError("--workload cannot be combined with --manifests (the manifests hold the workload)")

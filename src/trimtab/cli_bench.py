@@ -33,9 +33,9 @@ def packing_cmd(
     Pods arrive in a seeded random order, inflated until the arrived GPU request reaches INFLATE x capacity;
     pods never leave; a pod that fits nowhere is skipped. Prints the GPU allocation ratio (%) at 100% and at the
     end, writes every 1% curve per seed and as the mean (JSON keys policies.<name>.mean["100"], ...) and a PNG."""
+    from trimtab.formats.cluster import load_cluster
+    from trimtab.formats.traces import load_trace
     from trimtab.sim.packing import packing_experiment, parse_seeds, plot_packing
-    from trimtab.spec.cluster import load_cluster
-    from trimtab.spec.traces import load_trace
 
     try:
         node_list = load_cluster(nodes)

@@ -195,7 +195,7 @@ class Job:
     job_type: str = ""
     node_selector: Mapping[str, str] = field(default_factory=dict)
     gpus: int = field(init=False, repr=False, compare=False)  # GPUs of the whole gang (tasks x task.gpus)
-    # multi-tenant fields (Kubernetes manifests; see spec/k8s.py and docs/multitenant.md)
+    # multi-tenant fields (Kubernetes manifests; see formats/k8s.py and docs/multitenant.md)
     queue: str = ""  # Volcano Queue; "" is the tenant's own
     priority_class: str = ""
     preemption_policy: str = "PreemptLowerPriority"  # or "Never": waits, never evicts others

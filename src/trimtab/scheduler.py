@@ -14,8 +14,10 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext, Decision, Framework, Profile, Registry, RunningJob
+from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
+from trimtab.policy import CycleContext, Decision, RunningJob
+from trimtab.profile import Profile, Registry
 
 _ONE_GPU = Resources(gpus=1)
 Shape = tuple[Any, ...]

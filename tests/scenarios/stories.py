@@ -7,9 +7,9 @@ from typing import Any
 
 import yaml
 
-from trimtab.framework import Profile
+from trimtab.formats.k8s import Manifests, load_manifests
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
-from trimtab.spec.k8s import Manifests, load_manifests
 
 
 def node(name: str, gpus: int = 8, **labels: str) -> dict[str, Any]:

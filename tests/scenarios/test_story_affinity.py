@@ -7,7 +7,7 @@ from typing import Any
 
 from stories import run
 
-from trimtab.spec.k8s import Manifests, load_manifests
+from trimtab.formats.k8s import Manifests, load_manifests
 
 STORIES = Path(__file__).parent / "affinity"
 ZONE = {"gpu-a1": "zone-a", "gpu-a2": "zone-a", "gpu-b1": "zone-b", "gpu-b2": "zone-b"}

@@ -5,9 +5,9 @@ The documents are the issue's examples, unchanged, plus three Node manifests (te
 from pathlib import Path
 
 from trimtab.cluster import ClusterState
+from trimtab.formats.k8s import load_manifests
 from trimtab.model import Job, Resources
 from trimtab.scheduler import Scheduler
-from trimtab.spec.k8s import load_manifests
 
 EXAMPLES = Path(__file__).parent / "examples"
 

@@ -5,8 +5,8 @@ evict the same jobs over and over costs ten times fewer evictions and nothing in
 import numpy as np
 from stories import manifests, node, priority_class, run, vcjob
 
-from trimtab.framework import Profile
 from trimtab.model import Job, Resources
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
 
 

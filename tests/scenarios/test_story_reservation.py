@@ -3,7 +3,7 @@ as it frees and the gang starts only after the stream dries up; with reserve + E
 the longest running job's remaining time, and short jobs still slip into the holes."""
 
 from builders import job, nodes
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
 
 STREAM_END_S = 12 * 3600.0

@@ -4,8 +4,8 @@ Each module lists its plugins in a `PLUGINS` mapping; `default_registry()` gathe
 
 from __future__ import annotations
 
-from trimtab.framework import Registry
 from trimtab.plugins import affinity, backfill, dynamics, filters, order, place, preempt, score, tenancy
+from trimtab.profile import Registry
 
 MODULES = (order, filters, place, preempt, backfill, dynamics, tenancy, score, affinity)
 

@@ -12,10 +12,10 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext, Decision, Plugin, RunningJob
 from trimtab.model import Job, Node, PodAffinityTerm
 from trimtab.plugins.dynamics import ScorePack
 from trimtab.plugins.place import Pack
+from trimtab.policy import CycleContext, Decision, Plugin, RunningJob
 
 HOSTNAME = "kubernetes.io/hostname"
 

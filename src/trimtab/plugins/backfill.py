@@ -9,8 +9,8 @@ import math
 
 import numpy as np
 
-from trimtab.framework import CycleContext, Plugin, Reservation
 from trimtab.model import Job
+from trimtab.policy import CycleContext, Plugin, Reservation
 
 
 class Strict(Plugin):

@@ -12,9 +12,10 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import CycleContext, Decision, Plugin, PluginFactory
 from trimtab.model import Job
 from trimtab.plugins.place import Pack
+from trimtab.policy import CycleContext, Decision, Plugin
+from trimtab.profile import PluginFactory
 
 
 @dataclass

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trimtab.framework import CycleContext, Plugin
 from trimtab.model import Job, Taint
+from trimtab.policy import CycleContext, Plugin
 
 
 class GpuModel(Plugin):

@@ -12,8 +12,8 @@ from collections.abc import Sequence
 from statistics import median
 from typing import ClassVar
 
-from trimtab.framework import CycleContext, Plugin
 from trimtab.model import Job
+from trimtab.policy import CycleContext, Plugin
 
 
 class Fifo(Plugin):

@@ -7,8 +7,8 @@ from __future__ import annotations
 import numpy as np
 
 from trimtab.cluster import Allocation
-from trimtab.framework import CycleContext, Plugin
 from trimtab.model import Job
+from trimtab.policy import CycleContext, Plugin
 
 
 class Pack(Plugin):

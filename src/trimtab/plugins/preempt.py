@@ -12,8 +12,8 @@ from collections.abc import Iterable, Iterator
 
 import numpy as np
 
-from trimtab.framework import CycleContext, Decision, Plugin
 from trimtab.model import Job
+from trimtab.policy import CycleContext, Decision, Plugin
 
 
 def _fewest_victims(job: Job, ctx: CycleContext, candidates: Iterable[str]) -> list[str] | None:

@@ -10,9 +10,9 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState, gpu_kind
-from trimtab.framework import CycleContext, Plugin
 from trimtab.model import Job, Resources
 from trimtab.plugins.place import tie_rank, top_node
+from trimtab.policy import CycleContext, Plugin
 
 # Normalisers of the FGD authors' simulator (hkust-adsl/kubernetes-scheduler-simulator): the largest node spec.
 MAX_SPEC_CPU_MILLI = 128_000

@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from trimtab.framework import USAGE_DIMS, Code, CycleContext, Decision, Plugin, Status, usage_of
 from trimtab.model import Job
+from trimtab.policy import Code, CycleContext, Decision, Plugin, Status
+from trimtab.usage import USAGE_DIMS, usage_of
 
 _NO_LIMIT = np.iinfo(np.int64).max
 

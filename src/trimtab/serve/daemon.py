@@ -21,9 +21,9 @@ from sqlalchemy import select, update
 from sqlalchemy.exc import IntegrityError
 
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
-from trimtab.framework import Profile, Registry
 from trimtab.model import Job, JobState, Resources
 from trimtab.plugins import default_registry
+from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch
 from trimtab.serve.gpus import Inventory

@@ -79,7 +79,7 @@ def from_cluster_file(spec: str) -> Inventory:
     """The nodes of a cluster spec (shape or file, as `trimtab simulate --cluster` reads it) as virtual GPUs:
     every task still runs on this machine; the nodes only shape placement. A GPU's memory is what its model name
     states, if it does (`1x1:h100-80gb`)."""
-    from trimtab.spec.cluster import load_cluster
+    from trimtab.formats.cluster import load_cluster
 
     nodes = load_cluster(spec)
     devices = {n.name: _virtual_devices(n.capacity.gpus, n.gpu_model) for n in nodes}

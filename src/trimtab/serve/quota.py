@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from trimtab.cluster import GPU_MILLI
-from trimtab.framework import Code, CycleContext, Plugin, Status
 from trimtab.model import Job
+from trimtab.policy import Code, CycleContext, Plugin, Status
 
 
 class TenantQuota(Plugin):

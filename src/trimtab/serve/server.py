@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from trimtab.framework import Profile
+from trimtab.profile import Profile
 from trimtab.serve.daemon import Daemon, ServeConfig
 from trimtab.serve.executors.base import Executor
 from trimtab.serve.executors.local import LocalExecutor

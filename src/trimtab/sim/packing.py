@@ -19,10 +19,12 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import GPU_MILLI, ClusterState
-from trimtab.framework import CycleContext, Framework, Profile
+from trimtab.cycle import Framework
 from trimtab.model import Job, Node
 from trimtab.plugins import default_registry
 from trimtab.plugins.score import TargetWorkload
+from trimtab.policy import CycleContext
+from trimtab.profile import Profile
 
 # Policies as the experiment runs them: one scorer, the GPU-model filter, the highest score wins (ties at random);
 # fgd and steady-pack also choose the GPU of a share.

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.framework import Profile, Registry
 from trimtab.metrics import Recorder
 from trimtab.model import Job, JobState, Node, Outcome
 from trimtab.plugins import MODULES, dynamics
+from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.sim.data import DataConfig, DataModel, NetMeter, assign_datasets
 from trimtab.sim.engine import Engine, Kind

@@ -14,8 +14,8 @@ from typing import Any
 
 import numpy as np
 
-from trimtab.framework import Profile
 from trimtab.model import Job, Node
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
 
 HIGHER_IS_BETTER = frozenset({"jobs_completed", "gpu_util", "cpu_util", "mem_util", "backlogged_util",

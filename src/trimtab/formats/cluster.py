@@ -14,8 +14,8 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
+from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int
 from trimtab.model import Node, Resources, Taint
-from trimtab.spec import SpecError, _CsvTable, _open_text, _parse_int
 
 RACK_LABEL = "trimtab.io/rack"
 GPU_MODEL_LABEL = "trimtab.io/gpu-model"
@@ -46,7 +46,7 @@ def load_cluster(spec: str | Path) -> list[Node]:
     A "shape:" prefix forces a shape; without a prefix an existing file is read and anything else is a shape.
 
     Every node carries the label trimtab.io/rack, and trimtab.io/gpu-model when its model is known.
-    Raises SpecError naming the file, line and field of a bad value, or listing the accepted forms of a shape."""
+    Raises FormatError naming the file, line and field of a bad value, or listing the accepted forms of a shape."""
     text = str(spec)
     head, sep, rest = text.partition(":")
     if sep and head == "shape":
@@ -55,8 +55,8 @@ def load_cluster(spec: str | Path) -> list[Node]:
         return _read_tiresias(Path(rest), rest)
     if sep and head == "yaml":
         return _read_yaml(Path(rest), rest)
-    if sep and head == "openb":  # Alibaba openb node list: see spec/openb.py
-        from trimtab.spec.openb import load_openb_nodes
+    if sep and head == "openb":  # Alibaba openb node list: see formats/openb.py
+        from trimtab.formats.openb import load_openb_nodes
 
         return load_openb_nodes(rest)
     path = Path(text)
@@ -67,7 +67,7 @@ def load_cluster(spec: str | Path) -> list[Node]:
             first = stream.readline()
         if "num_switch" in first:
             return _read_tiresias(path, text)
-        raise SpecError(
+        raise FormatError(
             text,
             "cannot tell the cluster format: not a .yaml file and no Tiresias header "
             "(num_switch,num_node_p_switch,num_gpu_p_node,num_cpu_p_node,mem_p_node); "
@@ -75,7 +75,7 @@ def load_cluster(spec: str | Path) -> list[Node]:
             line=1,
         )
     if "/" in text or "\\" in text or path.suffix in (".csv", ".yaml", ".yml"):
-        raise SpecError(text, "no such file")
+        raise FormatError(text, "no such file")
     return _parse_shape(text)
 
 
@@ -117,16 +117,16 @@ class _Namer:
 
 
 def _parse_shape(shape: str) -> list[Node]:
-    """Nodes of a shape string (see load_cluster); a term that does not parse is a SpecError listing the forms."""
+    """Nodes of a shape string (see load_cluster); a term that does not parse is a FormatError listing the forms."""
     terms: list[tuple[int, int, int, str]] = []  # (racks, nodes per rack, GPUs per node, model)
     for term in shape.split("+"):
         match = _SHAPE_TERM.fullmatch(term.strip())
         if not match:
             what = f"term {term.strip()!r} is not a shape" if "+" in shape else "not a shape or an existing file"
-            raise SpecError(f"cluster spec {shape!r}", f"{what}; {_SHAPE_FORMS}")
+            raise FormatError(f"cluster spec {shape!r}", f"{what}; {_SHAPE_FORMS}")
         racks, nodes, gpus = int(match["racks"] or 1), int(match["nodes"]), int(match["gpus"])
         if min(racks, nodes, gpus) < 1:
-            raise SpecError(f"cluster spec {shape!r}", f"term {term.strip()!r} has a count of 0; counts must be >= 1")
+            raise FormatError(f"cluster spec {shape!r}", f"term {term.strip()!r} has a count of 0; counts must be >= 1")
         terms.append((racks, nodes, gpus, match["model"] or ""))
     namer = _Namer(sum(racks * nodes for racks, nodes, _, _ in terms))
     rack_index = 0
@@ -161,7 +161,7 @@ def _read_tiresias(path: Path, source: str) -> list[Node]:
             capacity = Resources(gpus=gpus, cpu_milli=cores * 1000, mem_mib=mem_gb * 1024)
             groups.append((switches, per_switch, capacity))
     if not groups:
-        raise SpecError(source, "no cluster row after the header", line=2)
+        raise FormatError(source, "no cluster row after the header", line=2)
     namer = _Namer(sum(switches * per_switch for switches, per_switch, _ in groups))
     rack_index = 0
     for switches, per_switch, capacity in groups:
@@ -244,7 +244,7 @@ def _read_yaml(path: Path, source: str) -> list[Node]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
-        raise SpecError(source, f"not valid YAML: {problem}", line=mark.line + 1 if mark else None) from None
+        raise FormatError(source, f"not valid YAML: {problem}", line=mark.line + 1 if mark else None) from None
     bare_list = isinstance(document, list)
     try:
         cluster = _ClusterDoc.model_validate({"nodes": document} if bare_list else document)
@@ -257,7 +257,7 @@ def _read_yaml(path: Path, source: str) -> list[Node]:
         for label, derived in ((RACK_LABEL, group.rack), (GPU_MODEL_LABEL, group.gpu_model)):
             given = group.labels.get(label)
             if given is not None and given != derived:
-                raise SpecError(
+                raise FormatError(
                     source,
                     f"label {label}={given!r} contradicts the group's {label.split('/')[1]} {derived!r}; "
                     "set the field, not the label",
@@ -284,7 +284,7 @@ def _read_yaml(path: Path, source: str) -> list[Node]:
             )
             node_name = namer.nodes[-1].name
             if node_name in seen:
-                raise SpecError(
+                raise FormatError(
                     source,
                     f"duplicate node name {node_name!r} (also from nodes[{seen[node_name]}])",
                     line=_yaml_line(text, ("nodes", index, "name"), bare_list),
@@ -294,8 +294,8 @@ def _read_yaml(path: Path, source: str) -> list[Node]:
     return namer.nodes
 
 
-def _validation_error(exc: ValidationError, text: str, source: str, bare_list: bool) -> SpecError:
-    """The first pydantic error as a SpecError with the YAML line and a field path like nodes[0].gpus."""
+def _validation_error(exc: ValidationError, text: str, source: str, bare_list: bool) -> FormatError:
+    """The first pydantic error as a FormatError with the YAML line and a field path like nodes[0].gpus."""
     errors = exc.errors()
     first = errors[0]
     loc: tuple[Any, ...] = tuple(first["loc"])
@@ -307,7 +307,7 @@ def _validation_error(exc: ValidationError, text: str, source: str, bare_list: b
         message = "expected a mapping with a 'nodes' list, or a list of node groups"
     if len(errors) > 1:
         message += f" (and {len(errors) - 1} more problem{'s' if len(errors) > 2 else ''})"
-    return SpecError(source, message, line=_yaml_line(text, loc, bare_list), field=field)
+    return FormatError(source, message, line=_yaml_line(text, loc, bare_list), field=field)
 
 
 def _known_fields(loc: Sequence[Any]) -> str:

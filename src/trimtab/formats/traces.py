@@ -14,8 +14,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int, _parse_seconds
 from trimtab.model import Job, Resources
-from trimtab.spec import SpecError, _CsvTable, _open_text, _parse_int, _parse_seconds
 
 TRACE_FORMATS: tuple[str, ...] = ("tiresias", "philly", "gavel", "csv")
 
@@ -49,11 +49,11 @@ def load_trace(
     `gavel_reference_gpu`, from `gavel_throughputs` (default: simulation_throughputs.json beside the trace or two
     folders up, where Gavel keeps it).
 
-    Raises SpecError naming the file, the line and the field for any row that cannot become a Job (bad number, no
+    Raises FormatError naming the file, the line and the field for any row that cannot become a Job (bad number, no
     GPUs, duplicate id, unknown job type), for a missing file and for an unknown format."""
     text = str(spec)
-    if text.startswith("openb:"):  # Alibaba openb pod list: see spec/openb.py (jobs in file order)
-        from trimtab.spec.openb import load_openb_pods
+    if text.startswith("openb:"):  # Alibaba openb pod list: see formats/openb.py (jobs in file order)
+        from trimtab.formats.openb import load_openb_pods
 
         return load_openb_pods(text.removeprefix("openb:"))
     fmt, path_text = _split_format(text)
@@ -103,7 +103,7 @@ def _split_format(spec: str) -> tuple[str | None, str]:
     if sep and head in TRACE_FORMATS:
         return head, rest
     if sep and head.isidentifier() and len(head) > 1 and not Path(spec).exists():
-        raise SpecError(spec, f"unknown trace format {head!r}; known formats: {', '.join(TRACE_FORMATS)}")
+        raise FormatError(spec, f"unknown trace format {head!r}; known formats: {', '.join(TRACE_FORMATS)}")
     return None, spec
 
 
@@ -120,7 +120,7 @@ def _detect_format(path: Path, source: str) -> str:
         return "philly"
     if {"job_id", "num_gpu"} <= header:
         return "tiresias"
-    raise SpecError(
+    raise FormatError(
         source,
         "cannot tell the trace format from the first line "
         f"{first.strip()[:80]!r}; expected a Gavel .trace file or a CSV header with id,submit_s (csv), "
@@ -136,7 +136,7 @@ def _finish(drafts: list[_Draft], source: str, *, id_field: str) -> list[Job]:
     for _, line, fields in drafts:
         seen = first_line.setdefault(fields["id"], line)
         if seen != line:
-            raise SpecError(
+            raise FormatError(
                 source, f"duplicate job id {fields['id']!r} (first on line {seen})", line=line, field=id_field
             )
     if not drafts:
@@ -148,7 +148,7 @@ def _finish(drafts: list[_Draft], source: str, *, id_field: str) -> list[Job]:
         try:
             jobs.append(Job(submit_s=submit_s - start_s, **fields))
         except ValueError as exc:  # the model's own checks; readers check first, so this is a safety net
-            raise SpecError(source, str(exc), line=line) from None
+            raise FormatError(source, str(exc), line=line) from None
     return jobs
 
 
@@ -168,7 +168,7 @@ def _read_tiresias(table: _CsvTable) -> list[_Draft]:
     for line, row in table:
         job_id = row[i_id].strip()
         if not job_id:
-            raise SpecError(source, "expected a job id, got ''", line=line, field="job_id")
+            raise FormatError(source, "expected a job id, got ''", line=line, field="job_id")
         fields: dict[str, Any] = {
             "id": job_id,
             "tasks": _parse_int(row[i_gpus], source, line, "num_gpu", 1),
@@ -199,13 +199,13 @@ def _read_philly(table: _CsvTable) -> list[_Draft]:
         stamp = row[i_ts]
         submit_s = _philly_seconds(stamp, day_start_s)
         if submit_s is None:
-            raise SpecError(
+            raise FormatError(
                 source, f"expected a timestamp 'YYYY-MM-DD HH:MM:SS', got {stamp!r}", line=line, field="timestamp"
             )
         text = row[i_gpus]
         gpus = int(text) if text.isdigit() else _parse_int(text, source, line, "num_gpus", 1)
         if gpus < 1:
-            raise SpecError(source, f"expected a positive integer, got {text!r}", line=line, field="num_gpus")
+            raise FormatError(source, f"expected a positive integer, got {text!r}", line=line, field="num_gpus")
         tenant = row[i_vc].strip() if i_vc >= 0 else ""
         fields: dict[str, Any] = {
             "id": str(len(drafts)),
@@ -267,7 +267,7 @@ def _read_gavel(path: Path, source: str, throughputs: str | Path | None, referen
         parts = text.split("\t")
         layout = _GAVEL_LAYOUTS.get(len(parts))
         if layout is None:
-            raise SpecError(
+            raise FormatError(
                 source,
                 f"expected 10 tab-separated fields ({_GAVEL_COLUMNS}), got {len(parts)}",
                 line=line,
@@ -278,7 +278,7 @@ def _read_gavel(path: Path, source: str, throughputs: str | Path | None, referen
         scale = _parse_int(parts[i_scale], source, line, "scale_factor", 1)
         rate = steps_per_s.get((job_type, scale))
         if rate is None:
-            raise SpecError(
+            raise FormatError(
                 source,
                 f"no throughput for job type {job_type!r} at scale_factor {scale} on {reference_gpu} in {table_path}",
                 line=line,
@@ -306,7 +306,7 @@ def _gavel_table_path(trace: Path, source: str, given: str | Path | None) -> Pat
     for candidate in candidates:
         if candidate.is_file():
             return candidate
-    raise SpecError(
+    raise FormatError(
         source,
         "a Gavel trace gives steps, not seconds, and needs Gavel's simulation_throughputs.json to convert them; "
         f"none at {' or '.join(str(c) for c in candidates)}; pass gavel_throughputs=PATH",
@@ -320,19 +320,19 @@ def _gavel_throughputs(table_path: Path, reference_gpu: str) -> dict[tuple[str, 
     try:
         table = json.loads(table_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise SpecError(source, "no such file (the Gavel throughput table)") from None
+        raise FormatError(source, "no such file (the Gavel throughput table)") from None
     except (OSError, ValueError) as exc:
-        raise SpecError(source, f"not a readable JSON file: {exc}") from None
+        raise FormatError(source, f"not a readable JSON file: {exc}") from None
     if not isinstance(table, dict) or not isinstance(table.get(reference_gpu), dict):
         known = ", ".join(sorted(table)) if isinstance(table, dict) else "none"
-        raise SpecError(source, f"no GPU type {reference_gpu!r}; the table has: {known}", field=reference_gpu)
+        raise FormatError(source, f"no GPU type {reference_gpu!r}; the table has: {known}", field=reference_gpu)
     rates: dict[tuple[str, int], float] = {}
     for key, entry in table[reference_gpu].items():
         try:
             job_type, scale = ast.literal_eval(key)
             rate = float(entry["null"])
         except (ValueError, SyntaxError, TypeError, KeyError):
-            raise SpecError(
+            raise FormatError(
                 source,
                 'expected a key "(\'<job type>\', <scale>)" with a "null" (alone) throughput',
                 field=f"{reference_gpu}.{key}",
@@ -363,7 +363,7 @@ def _read_csv(table: _CsvTable) -> list[_Draft]:
 
         job_id = cell("id")
         if not job_id:
-            raise SpecError(source, "expected a job id, got ''", line=line, field="id")
+            raise FormatError(source, "expected a job id, got ''", line=line, field="id")
         cpu_milli = _parse_int(cell("cpu_milli") or "0", source, line, "cpu_milli", 0)
         mem_mib = _parse_int(cell("mem_mib") or "0", source, line, "mem_mib", 0)
         if has_tasks:
@@ -400,7 +400,7 @@ def _parse_priority(text: str, source: str, line: int) -> int:
     try:
         return int(text)
     except ValueError:
-        raise SpecError(source, f"expected an integer, got {text!r}", line=line, field="priority") from None
+        raise FormatError(source, f"expected an integer, got {text!r}", line=line, field="priority") from None
 
 
 def _parse_selector(text: str, source: str, line: int) -> dict[str, str]:
@@ -409,7 +409,7 @@ def _parse_selector(text: str, source: str, line: int) -> dict[str, str]:
     for pair in filter(None, (part.strip() for part in text.split(";"))):
         key, sep, value = pair.partition("=")
         if not sep or not key.strip():
-            raise SpecError(
+            raise FormatError(
                 source, f"expected key=value pairs separated by ';', got {pair!r}", line=line, field="node_selector"
             )
         selector[key.strip()] = value.strip()

@@ -1,6 +1,6 @@
 """Readers that turn outside formats (job traces, cluster descriptions) into model objects.
 
-Owns SpecError, the one error every reader raises, and the small field parsers the readers share."""
+Owns FormatError, the one error every reader raises, and the small field parsers the readers share."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TextIO
 
 
-class SpecError(ValueError):
+class FormatError(ValueError):
     """An input that cannot become model objects. The message names the source, line and field, e.g.
 
     "philly.csv line 17, field num_gpus: expected a positive integer, got 'x'".
@@ -30,13 +30,13 @@ class SpecError(ValueError):
 
 
 def _open_text(path: Path, source: str) -> TextIO:
-    """Open `path` for csv reading (utf-8, a BOM dropped); a missing or unreadable file is a SpecError."""
+    """Open `path` for csv reading (utf-8, a BOM dropped); a missing or unreadable file is a FormatError."""
     try:
         return path.open(encoding="utf-8-sig", newline="")
     except FileNotFoundError:
-        raise SpecError(source, "no such file") from None
+        raise FormatError(source, "no such file") from None
     except OSError as exc:
-        raise SpecError(source, f"cannot read: {exc.strerror or exc}") from None
+        raise FormatError(source, f"cannot read: {exc.strerror or exc}") from None
 
 
 class _CsvTable:
@@ -50,11 +50,11 @@ class _CsvTable:
         self._reader = csv.reader(stream)
         header = next(self._reader, None)
         if not header:
-            raise SpecError(source, f"empty file; expected a header line with {','.join(required)}", line=1)
+            raise FormatError(source, f"empty file; expected a header line with {','.join(required)}", line=1)
         self.header = [name.strip() for name in header]
         missing = [name for name in required if name not in self.header]
         if missing:
-            raise SpecError(
+            raise FormatError(
                 source,
                 f"missing column(s) {', '.join(missing)}; the header has {','.join(self.header)}",
                 line=1,
@@ -69,16 +69,16 @@ class _CsvTable:
                 if len(row) != width:
                     if not row or (len(row) == 1 and not row[0].strip()):
                         continue  # blank line, e.g. a trailing one
-                    raise SpecError(
+                    raise FormatError(
                         self.source, f"expected {width} fields like the header, got {len(row)}", line=reader.line_num
                     )
                 yield reader.line_num, row
         except csv.Error as exc:
-            raise SpecError(self.source, f"malformed CSV: {exc}", line=reader.line_num) from None
+            raise FormatError(self.source, f"malformed CSV: {exc}", line=reader.line_num) from None
 
 
 def _parse_int(text: str, source: str, line: int | None, field: str, minimum: int) -> int:
-    """`text` as an integer >= `minimum` (0 or 1); "4.0" is accepted as 4. Anything else is a SpecError."""
+    """`text` as an integer >= `minimum` (0 or 1); "4.0" is accepted as 4. Anything else is a FormatError."""
     try:
         value = int(text)
     except ValueError:
@@ -89,24 +89,24 @@ def _parse_int(text: str, source: str, line: int | None, field: str, minimum: in
         value = int(number) if number.is_integer() else minimum - 1
     if value < minimum:
         kind = "a positive integer" if minimum >= 1 else "a non-negative integer"
-        raise SpecError(source, f"expected {kind}, got {text!r}", line=line, field=field)
+        raise FormatError(source, f"expected {kind}, got {text!r}", line=line, field=field)
     return value
 
 
 def _parse_seconds(text: str, source: str, line: int | None, field: str, *, signed: bool = False) -> float:
-    """`text` as a finite number of seconds, >= 0 unless `signed`. Anything else is a SpecError."""
+    """`text` as a finite number of seconds, >= 0 unless `signed`. Anything else is a FormatError."""
     try:
         value = float(text)
     except ValueError:
         value = math.nan
     if not math.isfinite(value) or (value < 0 and not signed):
         kind = "a number of seconds" if signed else "a non-negative number of seconds"
-        raise SpecError(source, f"expected {kind}, got {text!r}", line=line, field=field)
+        raise FormatError(source, f"expected {kind}, got {text!r}", line=line, field=field)
     return value
 
 
-# The readers import SpecError and the helpers above from this package, so they are imported last.
-from trimtab.spec.cluster import load_cluster  # noqa: E402
-from trimtab.spec.traces import TRACE_FORMATS, load_trace, write_csv  # noqa: E402
+# The readers import FormatError and the helpers above from this package, so they are imported last.
+from trimtab.formats.cluster import load_cluster  # noqa: E402
+from trimtab.formats.traces import TRACE_FORMATS, load_trace, write_csv  # noqa: E402
 
-__all__ = ["TRACE_FORMATS", "SpecError", "load_cluster", "load_trace", "write_csv"]
+__all__ = ["TRACE_FORMATS", "FormatError", "load_cluster", "load_trace", "write_csv"]

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from builders import trace_path
+from trimtab.formats import FormatError, load_cluster
+from trimtab.formats.cluster import GPU_MODEL_LABEL, RACK_LABEL
 from trimtab.model import Resources, Taint
-from trimtab.spec import SpecError, load_cluster
-from trimtab.spec.cluster import GPU_MODEL_LABEL, RACK_LABEL
 
 _trace = trace_path  # the shared traces folder; skips the test when a trace is absent
 
@@ -78,7 +78,7 @@ def test_large_shapes_widen_node_names() -> None:
 )
 def test_bad_shapes_list_the_accepted_forms(shape: str, expected: str) -> None:
     """A shape that does not parse says which forms are accepted; a path-like spec says the file is missing."""
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(FormatError) as caught:
         load_cluster(shape)
     assert expected in str(caught.value)
 
@@ -125,7 +125,7 @@ def test_tiresias_specs_give_one_rack_per_switch(
 def test_bad_tiresias_specs_name_line_and_field(tmp_path: Path, content: str, expected: str) -> None:
     path = tmp_path / "spec.csv"
     path.write_text(content)
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(FormatError) as caught:
         load_cluster(path)
     assert str(caught.value).startswith(str(tmp_path / expected))
 
@@ -133,7 +133,7 @@ def test_bad_tiresias_specs_name_line_and_field(tmp_path: Path, content: str, ex
 def test_a_csv_without_the_tiresias_header_asks_for_a_prefix(tmp_path: Path) -> None:
     path = tmp_path / "nodes.csv"
     path.write_text("sn,cpu_milli,memory_mib,gpu,model\n")
-    with pytest.raises(SpecError, match=r"nodes\.csv line 1: cannot tell the cluster format"):
+    with pytest.raises(FormatError, match=r"nodes\.csv line 1: cannot tell the cluster format"):
         load_cluster(path)
 
 
@@ -212,7 +212,7 @@ def test_bad_yaml_names_line_and_field(tmp_path: Path, content: str, expected: s
     """A bad value in a cluster YAML is reported with the file, the line and the document path of the field."""
     path = tmp_path / "bad.yaml"
     path.write_text(content)
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(FormatError) as caught:
         load_cluster(path)
     message = str(caught.value)
     assert message.startswith(f"{path} line ")

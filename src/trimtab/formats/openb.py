@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import MappingProxyType
 
+from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int, _parse_seconds
 from trimtab.model import Job, Node, Resources
-from trimtab.spec import SpecError, _CsvTable, _open_text, _parse_int, _parse_seconds
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
@@ -23,7 +23,7 @@ def load_openb_nodes(path: str | Path) -> list[Node]:
     """Nodes of an openb node list (`sn,cpu_milli,memory_mib,gpu,model`), named by `sn`, in file order, all in one
     rack. A node with `gpu = G` has G whole GPUs of `model`; CPU-only nodes (gpu 0, empty model) are kept.
 
-    Raises SpecError naming the file, line and field of a bad value (negative numbers, a duplicate sn, a GPU count
+    Raises FormatError naming the file, line and field of a bad value (negative numbers, a duplicate sn, a GPU count
     without a model)."""
     source = str(path)
     nodes: list[Node] = []
@@ -34,20 +34,21 @@ def load_openb_nodes(path: str | Path) -> list[Node]:
         for line, row in table:
             name = row[c["sn"]].strip()
             if not name:
-                raise SpecError(source, "expected a node name, got ''", line=line, field="sn")
+                raise FormatError(source, "expected a node name, got ''", line=line, field="sn")
             if name in seen:
-                raise SpecError(source, f"duplicate node {name!r} (first on line {seen[name]})", line=line, field="sn")
+                raise FormatError(source, f"duplicate node {name!r} (first on line {seen[name]})", line=line,
+                                  field="sn")
             seen[name] = line
             gpus = _parse_int(row[c["gpu"]], source, line, "gpu", 0)
             model = row[c["model"]].strip()
             if gpus and not model:
-                raise SpecError(source, f"a node with {gpus} GPUs needs a GPU model", line=line, field="model")
+                raise FormatError(source, f"a node with {gpus} GPUs needs a GPU model", line=line, field="model")
             capacity = Resources(gpus, _parse_int(row[c["cpu_milli"]], source, line, "cpu_milli", 0),
                                  _parse_int(row[c["memory_mib"]], source, line, "memory_mib", 0))
             labels = {_RACK_LABEL: "rack-0", **({_GPU_MODEL_LABEL: model} if model else {})}
             nodes.append(Node(name, capacity, gpu_model=model if gpus else "", labels=MappingProxyType(labels)))
     if not nodes:
-        raise SpecError(source, "no nodes")
+        raise FormatError(source, "no nodes")
     return nodes
 
 
@@ -59,7 +60,7 @@ def load_openb_pods(path: str | Path) -> list[Job]:
     `gpu_models`, `qos` becomes `task.qos`. submit_s = creation_time (0 when absent); duration_s = deletion_time -
     creation_time when both are given and ordered, else None (the packing experiment needs neither).
 
-    Raises SpecError naming the file, line and field: a share on several GPUs, a GPU count without milli, bad
+    Raises FormatError naming the file, line and field: a share on several GPUs, a GPU count without milli, bad
     numbers, duplicate names."""
     source = str(path)
     jobs: list[Job] = []
@@ -74,9 +75,9 @@ def load_openb_pods(path: str | Path) -> list[Job]:
         for line, row in table:
             name = cell(row, "name")
             if not name:
-                raise SpecError(source, "expected a pod name, got ''", line=line, field="name")
+                raise FormatError(source, "expected a pod name, got ''", line=line, field="name")
             if name in seen:
-                raise SpecError(source, f"duplicate pod {name!r} (first on line {seen[name]})", line=line,
+                raise FormatError(source, f"duplicate pod {name!r} (first on line {seen[name]})", line=line,
                                 field="name")
             seen[name] = line
             num_gpu = _parse_int(cell(row, "num_gpu"), source, line, "num_gpu", 0)
@@ -84,11 +85,11 @@ def load_openb_pods(path: str | Path) -> list[Job]:
             gpus, share = 0, 0
             if num_gpu:
                 if milli <= 0:
-                    raise SpecError(source, f"num_gpu {num_gpu} needs gpu_milli > 0", line=line, field="gpu_milli")
+                    raise FormatError(source, f"num_gpu {num_gpu} needs gpu_milli > 0", line=line, field="gpu_milli")
                 if milli >= 1000:
                     gpus = num_gpu
                 elif num_gpu > 1:
-                    raise SpecError(source, f"a share ({milli} milli) is on one GPU, not {num_gpu}", line=line,
+                    raise FormatError(source, f"a share ({milli} milli) is on one GPU, not {num_gpu}", line=line,
                                     field="gpu_milli")
                 else:
                     share = milli

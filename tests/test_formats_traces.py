@@ -16,8 +16,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from builders import trace_path
+from trimtab.formats import FormatError, load_trace, write_csv
 from trimtab.model import Job, Resources
-from trimtab.spec import SpecError, load_trace, write_csv
 
 _trace = trace_path  # the shared traces folder; skips the test when a trace is absent
 
@@ -78,7 +78,8 @@ def test_tiresias_older_tf_job_format_reads_by_column_name(tmp_path: Path) -> No
 
 def test_the_shipped_tf_job_example_repeats_its_id() -> None:
     """Tiresias's own tf_job.csv lists job 10 twice: an error, not two jobs with one id."""
-    with pytest.raises(SpecError, match=r"tf_job\.csv line 3, field job_id: duplicate job id '10' \(first on line 2\)"):
+    message = r"tf_job\.csv line 3, field job_id: duplicate job id '10' \(first on line 2\)"
+    with pytest.raises(FormatError, match=message):
         load_trace(_trace("tiresias/simulator/tf_job.csv"))
 
 
@@ -157,12 +158,12 @@ def test_gavel_without_a_throughput_table_says_where_it_looked(tmp_path: Path) -
     """A .trace with no simulation_throughputs.json near it asks for gavel_throughputs."""
     path = tmp_path / "one.trace"
     path.write_text("A3C\tpython3 main.py\tdir\t--steps\t1\t100\t1\t1\t-1.000000\t0\n")
-    with pytest.raises(SpecError, match=r"one\.trace: .*simulation_throughputs\.json.*gavel_throughputs=PATH"):
+    with pytest.raises(FormatError, match=r"one\.trace: .*simulation_throughputs\.json.*gavel_throughputs=PATH"):
         load_trace(path)
 
 
 def test_gavel_unknown_reference_gpu_lists_the_known_ones() -> None:
-    with pytest.raises(SpecError, match=r"no GPU type 'h100'; the table has: k80, .*v100"):
+    with pytest.raises(FormatError, match=r"no GPU type 'h100'; the table has: k80, .*v100"):
         load_trace(_trace(f"{GAVEL_DIR}/small_test.trace"), gavel_reference_gpu="h100")
 
 
@@ -363,7 +364,7 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, name: str, content: s
     path.write_text(content)
     table = {"v100": {"('A3C', 1)": {"null": 2.0}}}
     (tmp_path / "simulation_throughputs.json").write_text(json.dumps(table))
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(FormatError) as caught:
         load_trace(path)
     assert str(caught.value).startswith(str(tmp_path / expected.split(" ", 1)[0]))
     assert expected.split(" ", 1)[1] in str(caught.value)
@@ -380,7 +381,7 @@ def test_bad_rows_name_file_line_and_field(tmp_path: Path, name: str, content: s
 def test_bad_specs_say_what_is_wrong(tmp_path: Path, spec: str, expected: str) -> None:
     """An unknown prefix, a missing file and a forced format that does not fit are errors, not guesses."""
     (tmp_path / "tiresias.csv").write_text(TIRESIAS_HEADER + "0,1,0,1,vgg,10,0\n")
-    with pytest.raises(SpecError) as caught:
+    with pytest.raises(FormatError) as caught:
         load_trace(spec.format(dir=tmp_path))
     assert expected in str(caught.value)
 
@@ -391,5 +392,5 @@ def test_gavel_bad_table_rows_are_named(tmp_path: Path) -> None:
     trace.write_text(GAVEL_ROW.format(steps=100, scale=1, arrival=0))
     table = tmp_path / "t.json"
     table.write_text(json.dumps({"v100": {"A3C": {"null": 2.0}}}))
-    with pytest.raises(SpecError, match=r"t\.json, field v100\.A3C: expected a key"):
+    with pytest.raises(FormatError, match=r"t\.json, field v100\.A3C: expected a key"):
         load_trace(trace, gavel_throughputs=table)

@@ -15,8 +15,8 @@ from typing import Any
 
 import yaml
 
+from trimtab.formats import FormatError
 from trimtab.model import Job, LabelSelector, Node, PodAffinity, PodAffinityTerm, Resources, Taint
-from trimtab.spec import SpecError
 
 GPU = "nvidia.com/gpu"
 DURATION = "trimtab.io/duration"
@@ -167,8 +167,8 @@ class _Doc:
     namespace: str
     warnings: list[str]
 
-    def error(self, field_path: str, problem: str) -> SpecError:
-        return SpecError(self.source, problem, field=field_path)
+    def error(self, field_path: str, problem: str) -> FormatError:
+        return FormatError(self.source, problem, field=field_path)
 
     def warn(self, field_path: str, problem: str) -> None:
         self.warnings.append(f"{self.source}, field {field_path}: {problem}")
@@ -183,12 +183,12 @@ class _Doc:
 def _documents(path: Path) -> Iterable[tuple[str, dict[str, Any]]]:
     files = sorted(p for p in path.rglob("*") if p.suffix in (".yaml", ".yml")) if path.is_dir() else [path]
     if path.is_dir() and not files:
-        raise SpecError(str(path), "no .yaml or .yml files in this folder")
+        raise FormatError(str(path), "no .yaml or .yml files in this folder")
     for file in files:
         try:
             text = file.read_text(encoding="utf-8")
         except OSError as exc:
-            raise SpecError(str(file), f"cannot read: {exc.strerror or exc}") from None
+            raise FormatError(str(file), f"cannot read: {exc.strerror or exc}") from None
         yield from _documents_of_text(text, str(file))
 
 
@@ -204,10 +204,10 @@ def _documents_of_text(text: str, source: str) -> Iterable[tuple[str, dict[str, 
             if data is None:
                 continue
             if not isinstance(data, dict):
-                raise SpecError(source, f"document {index} is not a mapping", line=line)
+                raise FormatError(source, f"document {index} is not a mapping", line=line)
             yield f"{source} document {index} (line {line})", data
     except yaml.YAMLError as exc:
-        raise SpecError(source, f"not valid YAML: {exc}") from None
+        raise FormatError(source, f"not valid YAML: {exc}") from None
     finally:
         loader.dispose()
 
@@ -216,13 +216,13 @@ def load_manifests(path_or_text: str | Path, *, text: bool = False) -> Manifests
     """Read every document of a file, of every .yaml/.yml file under a folder, or of `path_or_text` itself when
     `text` is True. Unknown fields become warnings (`Manifests.warnings`); invalid values, a missing
     PriorityClass, a gang that is never defined or can never start, and a pod no quota can ever admit raise
-    SpecError naming the document and field, as the API server or scheduler would refuse them."""
+    FormatError naming the document and field, as the API server or scheduler would refuse them."""
     if text:
         docs = list(_documents_of_text(str(path_or_text), "<manifests>"))
     else:
         path = Path(path_or_text)
         if not path.exists():
-            raise SpecError(str(path), "no such file or folder")
+            raise FormatError(str(path), "no such file or folder")
         docs = list(_documents(path))
     return _Reader(docs).read()
 
@@ -240,9 +240,9 @@ class _Reader:
             kind, api = data.get("kind"), data.get("apiVersion")
             meta = data.get("metadata") or {}
             if not isinstance(kind, str) or not isinstance(api, str):
-                raise SpecError(source, "a manifest needs string fields apiVersion and kind")
+                raise FormatError(source, "a manifest needs string fields apiVersion and kind")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise SpecError(source, "metadata.name is required", field="metadata.name")
+                raise FormatError(source, "metadata.name is required", field="metadata.name")
             ns = meta.get("namespace") or "default"
             self.docs.append(_Doc(f"{source} {kind} {meta['name']}", data, kind, api, meta["name"], str(ns),
                                   self.out.warnings))
@@ -259,7 +259,7 @@ class _Reader:
             out.priority_classes[pc.name] = pc
         defaults = [pc for pc in out.priority_classes.values() if pc.global_default]
         if len(defaults) > 1:
-            raise SpecError("manifests", "more than one PriorityClass has globalDefault: true: "
+            raise FormatError("manifests", "more than one PriorityClass has globalDefault: true: "
                             + ", ".join(pc.name for pc in defaults))
         self.default_class = defaults[0] if defaults else None
         for doc in self.docs:
@@ -301,7 +301,7 @@ class _Reader:
         names = [j.id for j in out.jobs]
         if len(set(names)) != len(names):
             dup = sorted({n for n in names if names.count(n) > 1})
-            raise SpecError("manifests", f"workloads defined twice: {', '.join(dup[:3])}")
+            raise FormatError("manifests", f"workloads defined twice: {', '.join(dup[:3])}")
         out.jobs.sort(key=lambda j: (j.submit_s, j.id))
         return out
 
@@ -472,7 +472,7 @@ class _Reader:
                            "limits.cpu": q.limit_cpu_milli, "limits.memory": q.limit_mem_mib}
                 for key, hard in tracked.items():
                     if hard is not None and not specified.get(job.id, {}).get(key, True):
-                        raise SpecError(source, f"forbidden by ResourceQuota {q.namespace}/{q.name}: must "
+                        raise FormatError(source, f"forbidden by ResourceQuota {q.namespace}/{q.name}: must "
                                         f"specify {key} for every container", field=key)
                 limits = job.task_limits or job.task
                 need = {"pods": (q.pods, job.tasks), f"requests.{GPU}": (q.gpus, job.gpus),
@@ -482,7 +482,7 @@ class _Reader:
                         "limits.memory": (q.limit_mem_mib, job.tasks * limits.mem_mib)}
                 for key, (hard, asked) in need.items():
                     if hard is not None and asked > hard:
-                        raise SpecError(source, f"exceeds ResourceQuota {q.namespace}/{q.name} on its own: "
+                        raise FormatError(source, f"exceeds ResourceQuota {q.namespace}/{q.name} on its own: "
                                         f"{key} asked {asked}, hard limit {hard}; it could never be admitted",
                                         field=key)
 
