@@ -11,14 +11,16 @@ from trimtab.cycle import Framework
 from trimtab.formats import FormatError
 from trimtab.formats.openb import load_openb_nodes, load_openb_pods
 from trimtab.model import Job, Node, Resources
-from trimtab.plugins import default_registry
+from trimtab.plugins import default_registry, fragmentation, score
+from trimtab.plugins.fragmentation import TargetWorkload
 from trimtab.plugins.place import top_node
-from trimtab.plugins.score import PLUGINS, TargetWorkload
 from trimtab.policy import CycleContext
 from trimtab.profile import Profile
 from trimtab.sim.packing import arrival_order, parse_seeds, run_packing
 
 CPU = 64_000
+
+PLUGINS = {**score.PLUGINS, **fragmentation.PLUGINS}
 
 
 def cluster() -> ClusterState:

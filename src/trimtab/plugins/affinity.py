@@ -57,9 +57,9 @@ class _Domains:
 
 
 def _placers() -> Mapping[str, Any]:
-    from trimtab.plugins import dynamics, place, score
+    from trimtab.plugins import dynamics, fragmentation, place, score
 
-    return {**place.PLUGINS, **score.PLUGINS, **dynamics.PLUGINS}
+    return {**place.PLUGINS, **score.PLUGINS, **fragmentation.PLUGINS, **dynamics.PLUGINS}
 
 
 class InterPodAffinity(Plugin):

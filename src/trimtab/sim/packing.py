@@ -22,7 +22,7 @@ from trimtab.cluster import GPU_MILLI, ClusterState
 from trimtab.cycle import Framework
 from trimtab.model import Job, Node
 from trimtab.plugins import default_registry
-from trimtab.plugins.score import TargetWorkload
+from trimtab.plugins.fragmentation import TargetWorkload
 from trimtab.policy import CycleContext
 from trimtab.profile import Profile
 

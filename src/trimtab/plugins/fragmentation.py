@@ -1,0 +1,305 @@
+"""The fragmentation engine (FGD, Weng et al., ATC'23): the target workload a node's fragmentation is measured
+against, and the placers that score and place by the fragmentation a placement adds (fgd, steady-pack)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
+from trimtab.model import Job, Resources
+from trimtab.plugins.place import tie_rank, top_node
+from trimtab.policy import CycleContext, Plugin
+
+Kind = tuple[int, int, int, tuple[str, ...]]
+
+
+def _constrained_share(counts: Iterable[tuple[Kind, float]]) -> dict[tuple[str, ...], float]:
+    """Share of the GPU milli asked for by `counts` (kind, weight) that is constrained to each set of GPU models."""
+    total, by_set = 0.0, {}
+    for (_, count, milli, models), weight in counts:
+        demand = weight * count * milli
+        total += demand
+        if models and demand:
+            key = tuple(sorted(set(models)))
+            by_set[key] = by_set.get(key, 0.0) + demand
+    return {k: v / total for k, v in by_set.items()} if total else {}
+
+
+class TargetWorkload:
+    """The workload a node's fragmentation is measured against: request kinds with their probabilities.
+
+    Kind k asks for `cpu_milli[k]`, `count[k]` GPUs of `milli[k]` milli each (count 0: CPU only), on any model in
+    `models[k]` (empty: any). Built from jobs by `from_jobs`, which keeps the most popular kinds that together
+    make up `popular` of the jobs (the FGD authors keep 95%) and renormalises. `constrained_share` maps each set of
+    GPU models to the share of the workload's GPU milli that may use only those models, from every job (the cut
+    drops most constrained kinds, each rare on its own); by default it is computed from the kinds."""
+
+    def __init__(self, kinds: Sequence[Kind], weights: Sequence[float],
+                 constrained_share: Mapping[tuple[str, ...], float] | None = None) -> None:
+        if not kinds:
+            raise ValueError("a target workload needs at least one request kind")
+        w = np.asarray(weights, dtype=float)
+        self.kinds = list(kinds)
+        self.p = w / w.sum()
+        # the measure sums integer milli times these weights, then divides once: with integer weights (job counts,
+        # as from_jobs gives) the sum is exact, so a state's value does not depend on the batch it is computed in
+        self._weight, self._weight_total = w, float(w.sum())
+        self.cpu_milli = np.array([k[0] for k in kinds], dtype=np.int64)
+        self.count = np.array([k[1] for k in kinds], dtype=np.int64)
+        self.milli = np.array([k[2] for k in kinds], dtype=np.int64)
+        self.models = [k[3] for k in kinds]
+        self.constrained = any(self.models)
+        gpu = self.count > 0
+        gpu_milli = float((self.p[gpu] * self.count[gpu] * self.milli[gpu]).sum())
+        # the workload's own CPU per milli-GPU, over its GPU requests (0 when it asks for no GPU)
+        self.cpu_per_gpu_milli = float((self.p[gpu] * self.cpu_milli[gpu]).sum()) / gpu_milli if gpu_milli else 0.0
+        self.constrained_share = dict(constrained_share) if constrained_share is not None \
+            else _constrained_share(zip(self.kinds, self.p, strict=True))
+
+    @staticmethod
+    def kind_of(task: Resources, models: tuple[str, ...] = ()) -> Kind:
+        if task.gpus:
+            return (task.cpu_milli, task.gpus, GPU_MILLI, models)
+        if task.gpu_milli:
+            return (task.cpu_milli, 1, task.gpu_milli, models)
+        return (task.cpu_milli, 0, 0, models)
+
+    @classmethod
+    def from_jobs(cls, jobs: Iterable[Job], popular: float = 0.95) -> TargetWorkload:
+        counts: dict[Kind, int] = {}
+        for job in jobs:
+            kind = cls.kind_of(job.task, tuple(job.gpu_models))
+            counts[kind] = counts.get(kind, 0) + job.tasks
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        total = sum(counts.values())
+        kept, cum = [], 0
+        for kind, n in ranked:
+            if cum >= popular * total:
+                break
+            kept.append((kind, n))
+            cum += n
+        return cls([k for k, _ in kept], [n for _, n in kept], _constrained_share(counts.items()))
+
+    def model_ok(self, cluster: ClusterState) -> np.ndarray:
+        """[kind, node]: the kind may use the node's GPU model."""
+        ok = np.ones((len(self.kinds), len(cluster)), dtype=bool)
+        for k, models in enumerate(self.models):
+            if models:
+                ok[k] = cluster.model_mask(models)
+        return ok
+
+    def oversubscription(self, cluster: ClusterState) -> np.ndarray:
+        """Per node, how far the requests that may use only some GPU models over-subscribe the node's model:
+        max(0, r - 1), where r is the share of the workload's GPU milli constrained to that model over the model's
+        share of the cluster's GPU milli (a request allowed on several models is spread over them in proportion to
+        their GPUs). 0 for a model with room for all of its constrained demand, and on nodes without GPUs."""
+        capacity = cluster.cap_gpus.astype(float)
+        ratio = np.zeros(len(cluster))
+        for models, share in self.constrained_share.items():
+            on = cluster.model_mask(models)
+            if capacity[on].sum() > 0:
+                ratio[on] += share * capacity.sum() / capacity[on].sum()
+        return np.where(capacity > 0, np.maximum(ratio - 1.0, 0.0), 0.0)
+
+    def frag_milli(self, cpu_left: np.ndarray, gpu_left: np.ndarray, model_ok: np.ndarray,
+                   other_models_count: bool = True) -> np.ndarray:
+        """Expected fragmented GPU milli of node states (FGD's F_n(M)): for each kind, the free GPU milli it could
+        not use on that node (all of it when the kind does not fit, by CPU, GPU count or model, or asks no GPU;
+        else the GPUs with less free than it asks per GPU), weighted by the kind's probability.
+
+        With `other_models_count=False` a kind that may not use the node's GPU model adds nothing (instead of all
+        the free GPU milli): its requests go to other models, so they neither use nor waste this node.
+        `cpu_left[b]`, `gpu_left[b, g]` and `model_ok[b, k]` describe B states; returns B values."""
+        total = gpu_left.sum(axis=1)
+        ge = gpu_left[:, None, :] >= self.milli[None, :, None]
+        enough = ge.sum(axis=2) >= self.count[None, :]
+        small = np.where(ge, 0, gpu_left[:, None, :]).sum(axis=2)
+        fits = enough & (cpu_left[:, None] >= self.cpu_milli[None, :]) & (self.milli > 0)[None, :]
+        if not self.constrained:  # every kind may use every node
+            per_kind = np.where(fits, small, total[:, None])
+        elif other_models_count:
+            per_kind = np.where(fits & model_ok, small, total[:, None])
+        else:
+            per_kind = np.where(fits, small, total[:, None]) * model_ok
+        return (per_kind @ self._weight) / self._weight_total
+
+
+_HASH = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB),
+         np.random.default_rng(0).integers(1, 2**63, 4096, dtype=np.uint64) | np.uint64(1))
+
+
+class _Cache:
+    """Per request kind: the last score and GPU choice per node, and the node versions they were computed at."""
+
+    def __init__(self, n: int) -> None:
+        self.score = np.zeros(n)
+        self.gpu = np.full(n, -1, dtype=np.int64)
+        self.version = np.full(n, -1, dtype=np.int64)
+
+
+class _FragmentationPlacer(Plugin):
+    """Shared machinery of fgd and steady-pack: per node, the change of a fragmentation measure if the job's task
+    went there (on the best GPU for a share), cached per request kind and recomputed only for nodes whose state
+    changed since (ClusterState.version). `place` takes the highest total score (ties at random) and the GPU that
+    gave the node its score."""
+
+    def __init__(self, target: TargetWorkload | Sequence[Any] | None = None, popular: float = 0.95) -> None:
+        self.popular = popular
+        self.target = target if isinstance(target, TargetWorkload) or target is None else TargetWorkload(*target)
+        self._seen: dict[Kind, int] = {}
+        self._caches: dict[tuple[Any, ...], _Cache] = {}
+        self._model_ok: np.ndarray | None = None
+        self._node_weight: np.ndarray | None = None
+        self._cluster: ClusterState | None = None
+
+    # the target is the given workload, else the distribution of requests seen so far (learned online)
+    def _target(self, job: Job) -> TargetWorkload:
+        if self.target is not None:
+            return self.target
+        kind = TargetWorkload.kind_of(job.task, tuple(job.gpu_models))
+        self._seen[kind] = self._seen.get(kind, 0) + job.tasks
+        self._caches.clear()
+        self._model_ok = None
+        ranked = sorted(self._seen.items(), key=lambda kv: (-kv[1], kv[0]))
+        return TargetWorkload([k for k, _ in ranked], [v for _, v in ranked])
+
+    def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
+        """A per-node number that `node_value` may use besides the node's state (computed once per cluster)."""
+        return np.zeros(len(cluster))
+
+    def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
+                   model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
+        """The measure to keep low (per node state; `node_weight` is `node_weight()` of the state's node); the score
+        is its decrease."""
+        return target.frag_milli(cpu_left, gpu_left, model_ok)
+
+    def to_score(self, delta: np.ndarray) -> np.ndarray:
+        """0..100 from the decrease of the measure (milli-GPU)."""
+        return np.trunc(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        cluster, task = ctx.cluster, job.task
+        target = self._target(job)
+        if self._cluster is not cluster or self._model_ok is None:
+            self._cluster = cluster
+            self._caches.clear()
+            self._model_ok = target.model_ok(cluster)
+            self._node_weight = self.node_weight(target, cluster)
+        key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
+        cache = self._caches.get(key)
+        if cache is None:
+            cache = self._caches[key] = _Cache(len(cluster))
+        # only nodes the task fits on now: a full node's entry stays stale until it is asked about while it fits
+        stale = np.flatnonzero((cache.version != cluster.version) & (cluster.fit_counts(task) > 0))
+        if stale.size:
+            self._refresh(cache, stale, task, target, cluster)
+        self._last = cache
+        return cache.score
+
+    def _refresh(self, cache: _Cache, nodes: np.ndarray, task: Resources, target: TargetWorkload,
+                 cluster: ClusterState) -> None:
+        assert self._model_ok is not None and self._node_weight is not None
+        cpu = cluster.free_cpu_milli[nodes]
+        rows = cluster.gpu_free_milli[nodes]
+        ok = self._model_ok[:, nodes].T
+        width = rows.shape[1]
+        if task.gpu_milli:  # one option per GPU: the share on that GPU
+            options = np.repeat(rows[:, None, :], width, axis=1)
+            idx = np.arange(width)
+            options[:, idx, idx] -= task.gpu_milli
+            feasible = options.min(axis=2) >= 0
+        else:
+            options = rows[:, None, :].copy()
+            if task.gpus:  # whole GPUs come from the idle ones; which ones does not change the measure
+                idle = rows == GPU_MILLI
+                take = np.cumsum(idle, axis=1) <= task.gpus
+                options[:, 0, :] -= np.where(idle & take, GPU_MILLI, 0)
+            feasible = np.ones((len(nodes), 1), dtype=bool)
+        n_opt = options.shape[1]
+        states = np.concatenate([rows[:, None, :], options], axis=1)  # option 0: as is
+        cpus = np.concatenate([cpu[:, None], np.repeat((cpu - task.cpu_milli)[:, None], n_opt, axis=1)], axis=1)
+        values = self._values(target, cpus.reshape(-1), states.reshape(-1, width), np.repeat(ok, n_opt + 1, axis=0),
+                              np.repeat(self._node_weight[nodes], n_opt + 1)).reshape(len(nodes), n_opt + 1)
+        scores = self.to_score(values[:, :1] - values[:, 1:])
+        scores = np.where(feasible, scores, -1.0)
+        best = np.argmax(scores, axis=1)  # the first of equals: lowest GPU index
+        cache.score[nodes] = np.maximum(scores[np.arange(len(nodes)), best], 0.0)
+        cache.gpu[nodes] = best if task.gpu_milli else -1
+        cache.version[nodes] = cluster.version[nodes]
+
+    def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray,
+                node_weight: np.ndarray) -> np.ndarray:
+        """The measure of many states, each distinct state computed once (states keyed by a 64-bit hash of the CPU
+        left, the sorted GPU left, the model mask and the node weight; the measure does not depend on the order of
+        GPUs)."""
+        gpu = np.sort(gpu, axis=1)
+        with np.errstate(over="ignore"):
+            key = cpu.astype(np.uint64) * _HASH[0]
+            for g in range(gpu.shape[1]):
+                key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
+            key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
+            key = key * _HASH[1] + node_weight.astype(np.float64).view(np.uint64)
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+        out = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
+        return out[inverse.reshape(-1)]
+
+    def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
+        self._rank = tie_rank(ctx, getattr(self, "_rank", None))
+        alloc = top_node(job, ctx, fit, score, self._rank)
+        if alloc is None or not job.task.gpu_milli or alloc.nodes.size != 1:
+            return alloc
+        if getattr(self, "_last", None) is None:
+            self.score(job, ctx)
+        gpu = int(self._last.gpu[int(alloc.nodes[0])])
+        if gpu < 0 or int(alloc.counts[0]) != 1:
+            return alloc
+        return Allocation(alloc.nodes, alloc.counts, alloc.task, gpu_idx=np.array([gpu]))
+
+
+class Fgd(_FragmentationPlacer):
+    """Fragmentation gradient descent (Weng et al., USENIX ATC'23, "Beware of Fragmentation"): place the task where
+    the node's expected fragmented GPU milli, measured against the target workload, grows least (or shrinks most).
+    Score = trunc(100 x sigmoid(decrease / 1000)), as in the authors' simulator; a share goes to the GPU of the node
+    with the best score. `target`: a TargetWorkload or (kinds, weights); None learns the distribution of the requests
+    scored so far."""
+
+
+class SteadyPack(_FragmentationPlacer):
+    """trimtab's packing policy: FGD's expected fragmentation over the requests that may use the node, plus the GPU
+    a node's CPU can no longer feed.
+
+    A GPU is only usable with CPU beside it, and the target workload says how much: its GPU requests bring
+    `cpu_per_gpu_milli` CPU per milli-GPU on average (nothing fitted). A node's free GPU milli beyond what its free
+    CPU can feed at that ratio counts as stranded, in FGD's unit; the task goes where fragmentation + stranded grows
+    least, scored and tie-broken as FGD. FGD sees CPU only one request ahead (a node is "short of CPU" for a kind
+    only once that kind no longer fits); steady-pack sees the whole mix, so CPU-hungry and CPU-only requests drift to
+    CPU-rich nodes before the CPU-poor ones run dry.
+
+    GPU models, two rules, both read off the target workload. (1) FGD counts every free GPU of a node as fragmented
+    for a request kind that may not use the node's model, so a model that many requests exclude (a small one, when
+    constraints favour the common model) looks fragmented and FGD fills it first with requests that could have gone
+    anywhere, using up the capacity that the requests constrained to it need. steady-pack measures a node only
+    against the kinds that may use it; a kind constrained elsewhere adds nothing there. (2) Where the requests
+    constrained to a model ask for a larger share of the workload than the model's share of the cluster (ratio
+    r > 1), the model cannot serve them all: its free GPU milli counts against the node's value by r - 1
+    (`TargetWorkload.oversubscription`), so taking it costs a request that could go elsewhere that much per milli.
+    Both vanish on a workload without model constraints. See docs/placement.md."""
+
+    def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
+        return target.oversubscription(cluster)
+
+    def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
+                   model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
+        frag = target.frag_milli(cpu_left, gpu_left, model_ok, other_models_count=False)
+        free = gpu_left.sum(axis=1)
+        feedable = cpu_left / max(target.cpu_per_gpu_milli, 1e-9)
+        return frag + np.maximum(0.0, free - feedable) - node_weight * free
+
+
+PLUGINS = {
+    "fgd": Fgd,
+    "steady-pack": SteadyPack,
+}
