@@ -100,15 +100,16 @@ def test_a_gpu_count_reservation_holds_free_gpus_back_from_others():
 
 def test_quota_blocked_time_is_booked_per_tenant():
     from trimtab.metrics import Recorder
-    from trimtab.policy import Code, Status
+    from trimtab.policy import Cause, Code, Status
 
     recorder = Recorder(ClusterState(nodes(1, 8)))
     a, b = job("a", 2, tenant="x"), job("b", 2, tenant="y")
     for j in (a, b):
         recorder.submitted(j, 0.0)
-    recorder.waiting(0.0, {"a": Status(Code.WAIT, "over", "quota"), "b": Status(Code.WAIT, "does not fit")})
+    over = Status(Code.WAIT, "over", "quota", Cause.QUOTA)
+    recorder.waiting(0.0, {"a": over, "b": Status(Code.WAIT, "does not fit", cause=Cause.FIT)})
     recorder.waiting(10.0, {})  # a cycle that did not look at a: still held
-    recorder.waiting(20.0, {"b": Status(Code.WAIT, "over", "quota")})
+    recorder.waiting(20.0, {"b": over})
     sched = Scheduler(ClusterState(nodes(1, 8)), "fifo")
     for j, t in ((a, 50.0), (b, 80.0)):
         sched.submit(j, t)

@@ -12,6 +12,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job, JobState, Outcome
+from trimtab.policy import Cause
 
 STARVE_MIN_S = 3600.0
 STARVE_FACTOR = 10.0
@@ -148,7 +149,7 @@ class Recorder:
         a cycle whose status for it names the `quota` plugin until one names another reason or it starts."""
         self._sees_waiting = True
         for job_id, status in statuses.items():
-            blocked = getattr(status, "plugin", "") == "quota"
+            blocked = status.cause is Cause.QUOTA
             if blocked and job_id not in self._quota_since:
                 self._quota_since[job_id] = now_s
             elif not blocked and job_id in self._quota_since:

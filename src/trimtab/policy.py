@@ -24,13 +24,26 @@ class Code(StrEnum):
     UNSCHEDULABLE = "unschedulable"  # cannot run on this cluster as it is
 
 
+class Cause(StrEnum):
+    """Why a job waits, for whoever counts waiting time by reason (metrics: quota-blocked GPU-hours)."""
+
+    FIT = "fit"  # no room for it on the nodes its filters allow, even after preemption
+    QUOTA = "quota"  # an admission quota (ResourceQuota, queue capability or share, tenant GPU quota) holds it
+    RESERVATION = "reservation"  # the free GPUs are held for other jobs
+    LOCALITY = "locality"  # held back for a better placement later (delay scheduling)
+    OTHER = "other"
+
+
 @dataclass(frozen=True, slots=True)
 class Status:
-    """An explicit answer: success is `Status.ok()`, never an absent value."""
+    """An explicit answer: success is `Status.ok()`, never an absent value. A non-success says why in `reason`
+    (text for people), which plugin gave it (`plugin`, cited in reasons) and its `cause` (a Cause, for code that
+    counts by reason; OTHER unless the plugin says)."""
 
     code: Code
     reason: str = ""
     plugin: str = ""
+    cause: Cause = Cause.OTHER
 
     @staticmethod
     def ok() -> Status:
@@ -42,7 +55,7 @@ class Status:
 
 
 _OK = Status(Code.SUCCESS)
-_DOES_NOT_FIT = Status(Code.WAIT, "does not fit now")
+_DOES_NOT_FIT = Status(Code.WAIT, "does not fit now", cause=Cause.FIT)
 _ONE_TASK = np.ones(1, dtype=np.int64)
 
 

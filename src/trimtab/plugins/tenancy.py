@@ -13,7 +13,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from trimtab.model import Job
-from trimtab.policy import Code, CycleContext, Decision, Plugin, Status
+from trimtab.policy import Cause, Code, CycleContext, Decision, Plugin, Status
 from trimtab.usage import USAGE_DIMS, usage_of
 
 _NO_LIMIT = np.iinfo(np.int64).max
@@ -98,15 +98,16 @@ class Quota(Plugin):
             if over.size:
                 dim = USAGE_DIMS[int(over[0])]
                 return Status(Code.WAIT, f"ResourceQuota {job.tenant}/{name}: {dim} would be {int(after[over[0]])}"
-                              f" > {int(hard[over[0]])}", self.name)
+                              f" > {int(hard[over[0]])}", self.name, Cause.QUOTA)
         queue = _queue_of(job)
         used = int(ctx.usage.queue(queue)[1])
         cap = self.capability.get(queue)
         if cap is not None and used + job.gpus > cap:
-            return Status(Code.WAIT, f"queue {queue}: capability {cap} GPUs reached", self.name)
+            return Status(Code.WAIT, f"queue {queue}: capability {cap} GPUs reached", self.name, Cause.QUOTA)
         if self.shares and not self.borrowing and queue in self.deserved \
                 and used + job.gpus > self.deserved[queue] + 1e-9:
-            return Status(Code.WAIT, f"queue {queue}: deserved {self.deserved[queue]:.1f} GPUs reached", self.name)
+            return Status(Code.WAIT, f"queue {queue}: deserved {self.deserved[queue]:.1f} GPUs reached", self.name,
+                          Cause.QUOTA)
         return Status.ok()
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
@@ -227,7 +228,7 @@ class Reservation(Plugin):
             holder_used = self._holder_gpus(r, ctx)
             held += max(int(r["gpus"]) - holder_used, 0)
         if held and ctx.cluster.free_gpus_total - job.gpus < held:
-            return Status(Code.WAIT, f"{held} free GPUs are reserved for others", self.name)
+            return Status(Code.WAIT, f"{held} free GPUs are reserved for others", self.name, Cause.RESERVATION)
         return Status.ok()
 
     @staticmethod
@@ -285,7 +286,7 @@ class Delay(Plugin):
         if self._best(cap, ctx) < job.tasks or self._best(fit, ctx) >= job.tasks or int(fit.sum()) < job.tasks:
             return Status.ok()
         self._wake_s = min(self._wake_s, until_s)
-        return Status(Code.WAIT, f"waiting until {until_s:.0f} s for one {self.scope}", self.name)
+        return Status(Code.WAIT, f"waiting until {until_s:.0f} s for one {self.scope}", self.name, Cause.LOCALITY)
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         return self._wake_s if math.isfinite(self._wake_s) else None

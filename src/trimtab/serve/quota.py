@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from trimtab.cluster import GPU_MILLI
 from trimtab.model import Job
-from trimtab.policy import Code, CycleContext, Plugin, Status
+from trimtab.policy import Cause, Code, CycleContext, Plugin, Status
 
 
 class TenantQuota(Plugin):
@@ -35,6 +35,6 @@ class TenantQuota(Plugin):
         wants = job.tasks * job.task.gpu_milli_total
         if held + wants > quota * GPU_MILLI:
             return Status(Code.WAIT, f"tenant {job.tenant} holds {held / GPU_MILLI:g} of its {quota} GPUs",
-                          self.name)
+                          self.name, Cause.QUOTA)
         self._held_milli[job.tenant] = held + wants  # later jobs of this cycle see what this one will take
         return Status.ok()
