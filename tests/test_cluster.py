@@ -61,6 +61,20 @@ def test_txn_undoes_releases_too():
     assert state.free_gpus.tolist() == [2]
 
 
+def test_txn_holds_idle_gpus_out_of_reach_until_it_ends():
+    """Reserved GPUs are held in a Txn around a placement attempt: fit counts see them taken, nothing else
+    changes, and the hold ends with the transaction, committed or not."""
+    state = ClusterState(nodes(2, gpus=8))
+    whole, share = Resources(gpus=1), Resources(gpu_milli=500)
+    for end in ("discard", "commit"):
+        with state.txn() as txn:
+            txn.hold_gpus(np.array([6, 0]))
+            assert state.fit_counts(whole).tolist() == [2, 8]
+            assert state.fit_counts(share).tolist() == [16, 16] and state.free_gpus_total == 16
+            getattr(txn, end)()
+        assert state.free_gpus.tolist() == [8, 8]
+
+
 def test_duplicate_node_names_are_an_error():
     with pytest.raises(ValueError, match="duplicate node names: a"):
         ClusterState([Node("a", Resources(1)), Node("a", Resources(1))])

@@ -171,6 +171,23 @@ def test_a_plugin_from_a_custom_registry():
         registry.register("largest", Largest)
 
 
+def test_a_profile_lists_a_plugin_only_at_points_it_implements():
+    """A plugin listed at a point whose method it does not implement is refused when the profile loads, with the
+    profile, the point and the plugin named, not when a cycle first reaches that point."""
+    with pytest.raises(ValueError, match=r"profile odd: plugin 'fifo' is listed at filter but does not implement"):
+        Scheduler(ClusterState(nodes(1, gpus=8)), Profile(name="odd", filter=["gpu-model", "fifo"]))
+    with pytest.raises(ValueError, match=r"profile odd: plugin 'pack' is listed at preempt"):
+        Scheduler(ClusterState(nodes(1, gpus=8)), Profile(name="odd", preempt=["pack"]))
+    for name in Profile.builtin_names():  # every built-in profile passes
+        Scheduler(ClusterState(nodes(1, gpus=8)), name)
+
+
+def test_the_cycle_context_is_read_only():
+    s = Scheduler(ClusterState(nodes(1, gpus=8)), "las")
+    with pytest.raises(AttributeError):
+        s.context(0.0).releasing = frozenset({"x"})  # type: ignore[misc]
+
+
 def test_profiles_load_by_name_and_from_yaml_with_clear_errors(tmp_path):
     assert {"fifo", "fifo-backfill", "sjf", "srtf", "las", "priority"} <= set(Profile.builtin_names())
     assert Profile.load("las").preempt == ["lower-order"]

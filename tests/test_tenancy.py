@@ -7,6 +7,7 @@ from builders import job, nodes
 from trimtab.cluster import ClusterState
 from trimtab.model import JobState, Node, Outcome, Resources, Taint
 from trimtab.plugins.filters import NodeAffinity, Taints, tolerates
+from trimtab.policy import Cause
 from trimtab.profile import Profile
 from trimtab.scheduler import Scheduler
 from trimtab.sim.run import SimConfig, simulate
@@ -68,6 +69,7 @@ def test_quota_holds_an_over_quota_job_with_a_reason():
     assert sorted(j.id for j, _ in decision.starts) == ["a1", "b1"]
     status = decision.waiting["a2"]
     assert status.plugin == "quota" and "gpus would be 5 > 4" in status.reason
+    assert status.cause is Cause.QUOTA
 
 
 def test_queue_capability_caps_a_queue_even_with_idle_gpus():
@@ -100,7 +102,7 @@ def test_a_gpu_count_reservation_holds_free_gpus_back_from_others():
 
 def test_quota_blocked_time_is_booked_per_tenant():
     from trimtab.metrics import Recorder
-    from trimtab.policy import Cause, Code, Status
+    from trimtab.policy import Code, Status
 
     recorder = Recorder(ClusterState(nodes(1, 8)))
     a, b = job("a", 2, tenant="x"), job("b", 2, tenant="y")

@@ -308,30 +308,14 @@ class ClusterState:
         pos = 0
         whole = bool(task.gpus) and not task.mig
         for r, (node, count) in enumerate(zip(nodes.tolist(), counts.tolist(), strict=True)):
-            width = int(self.cap_gpus[node])
             if whole and (idx is not None or sign < 0):
                 # whole GPUs: every task of the node at once (the common case, kept out of Python loops)
                 need = count * per_task
-                if idx is None:  # distinct, in range, idle: only the count needs checking
-                    chosen = np.flatnonzero((rows[r, :width] == GPU_MILLI) & (busy_rows[r, :width] == 0))[:need]
-                    valid = chosen.size == need
-                else:
-                    chosen = np.asarray(idx[pos:pos + need], dtype=np.int64)
-                    pos += need
-                    listed = chosen.tolist()
-                    valid = (len(listed) == need and len(set(listed)) == need and min(listed, default=0) >= 0
-                             and max(listed, default=0) < width)
-                after = rows[r, chosen] + sign * GPU_MILLI if valid else chosen
-                if not valid or (after < 0).any() or (after > GPU_MILLI).any() or busy_rows[r, chosen].any():
-                    raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-                rows[r, chosen] = after
-                if sign < 0 and self.mig_carved:
-                    for gpu in chosen.tolist():
-                        if (node, gpu) in self.mig_carved:
-                            carved_after[(node, gpu)] = {}
-                chosen_idx.extend(chosen.tolist())
+                given = None if idx is None else idx[pos:pos + need]
+                pos += need
+                chosen_idx.extend(self._whole_gpus(node, rows[r], busy_rows[r], need, given, sign, verb, carved_after))
                 continue
-            name = self.nodes[node].name
+            name, width = self.nodes[node].name, int(self.cap_gpus[node])
             for _ in range(count):
                 given = None if idx is None else idx[pos:pos + per_task].tolist()
                 pos += per_task
@@ -360,6 +344,29 @@ class ClusterState:
         if task.mig and starts is None:
             object.__setattr__(alloc, "mig_start", np.array(chosen_starts, dtype=np.int64))
         return rows, busy_rows, carved_after
+
+    def _whole_gpus(self, node: int, row: np.ndarray, busy: np.ndarray, need: int, given: np.ndarray | None,
+                    sign: int, verb: str, carved_after: dict[tuple[int, int], dict[int, str]]) -> list[int]:
+        """`need` whole GPUs of one node at once, `given` or (taking) the lowest-index idle ones, checked and applied
+        to `row` and `busy` (copies of the node's rows); a taken GPU's MIG partition is dropped. Returns them."""
+        width = int(self.cap_gpus[node])
+        if given is None:  # distinct, in range, idle: only the count needs checking
+            chosen = np.flatnonzero((row[:width] == GPU_MILLI) & (busy[:width] == 0))[:need]
+            valid = chosen.size == need
+        else:
+            chosen = np.asarray(given, dtype=np.int64)
+            listed = chosen.tolist()
+            valid = (len(listed) == need and len(set(listed)) == need and min(listed, default=0) >= 0
+                     and max(listed, default=0) < width)
+        after = row[chosen] + sign * GPU_MILLI if valid else chosen
+        if not valid or (after < 0).any() or (after > GPU_MILLI).any() or busy[chosen].any():
+            raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+        row[chosen] = after
+        if sign < 0 and self.mig_carved:
+            for gpu in chosen.tolist():
+                if (node, gpu) in self.mig_carved:
+                    carved_after[(node, gpu)] = {}
+        return chosen.tolist()
 
     @staticmethod
     def _choose_gpus(row: np.ndarray, busy: np.ndarray, k: int, milli: int, sign: int) -> list[int] | None:
@@ -435,13 +442,15 @@ def _overlaps(geometry: dict[str, MigProfile], name: str, start: int, mask: int)
 
 
 class Txn:
-    """Tentative allocations and releases on a ClusterState, applied at once and undone by `discard`.
+    """Tentative changes to a ClusterState, applied at once and undone by `discard`: allocations and releases (kept
+    by `commit`), and holds of idle GPUs (which end with the transaction, committed or not).
 
     Use as a context manager: leaving the block without `commit()` discards, so a gang is never left half-placed."""
 
     def __init__(self, state: ClusterState) -> None:
         self._state = state
         self._log: list[tuple[int, Allocation]] = []
+        self._held: list[np.ndarray] = []
         self._open = True
 
     def allocate(self, alloc: Allocation) -> None:
@@ -454,10 +463,17 @@ class Txn:
         self._state.release(alloc)
         self._log.append((+1, alloc))
 
+    def hold_gpus(self, gpus: np.ndarray) -> None:
+        """Keep `gpus[i]` idle GPUs of node i (reserved for other jobs) out of reach of `fit_counts` until the end:
+        only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
+        self._check_open()
+        self._state.free_gpus -= gpus
+        self._held.append(gpus)
+
     def commit(self) -> None:
         self._check_open()
-        self._open = False
-        self._log.clear()
+        self._log.clear()  # the changes stay
+        self._end()
 
     def discard(self) -> None:
         if not self._open:
@@ -465,6 +481,12 @@ class Txn:
         for sign, alloc in reversed(self._log):
             self._state._apply(alloc, -sign)
         self._log.clear()
+        self._end()
+
+    def _end(self) -> None:
+        for gpus in self._held:  # holds end with the transaction, committed or not
+            self._state.free_gpus += gpus
+        self._held.clear()
         self._open = False
 
     def _check_open(self) -> None:

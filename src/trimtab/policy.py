@@ -1,5 +1,5 @@
-"""The contracts of a scheduling cycle: Status (with its cause), the read-only CycleContext, the Plugin extension
-points, and what a cycle returns (Decision, Reservation). Plugins implement them; the cycle calls them."""
+"""The contracts of a scheduling cycle: Status (with its cause), the read-only CycleContext, one Protocol per
+extension point with Plugin as their base, and what a cycle returns (Decision, Reservation)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
@@ -93,10 +93,11 @@ class Decision:
     wake_s: float | None = None
 
 
-
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class CycleContext:
-    """The read-only snapshot every plugin sees. Only the Scheduler mutates what it points to."""
+    """The snapshot every plugin sees, complete before any plugin sees it and never written (frozen). Only the
+    Scheduler and the cycle change what it points to (the cluster, the running jobs, the usage book, the running
+    keys), as they book each answer. A preemption attempt hands the plugins a copy with `releasing` set."""
 
     now_s: float
     cluster: ClusterState
@@ -105,7 +106,7 @@ class CycleContext:
     prior_attained_gpu_s: Mapping[str, float]  # service from finished runs of pending jobs
     prior_executed_s: Mapping[str, float]  # credited run time of pending jobs (after checkpoint loss)
     rng: np.random.Generator
-    running_keys: dict[str, tuple[Any, ...]] = field(default_factory=dict)  # order keys of running jobs
+    running_keys: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)  # order keys of running jobs
     # the same, ranked: (key, start_s, job id) ascending, so the worst running jobs are at the end
     running_ranked: Sequence[tuple[tuple[Any, ...], float, str]] = ()
     order_key: Callable[[Job], tuple[Any, ...]] = lambda job: ()  # the profile's order key of any job
@@ -136,53 +137,114 @@ class CycleContext:
         return max(job.duration_s - self.executed_s(job.id), 0.0)
 
 
-# ------------------------------------------------------------------------------------------------- plugins
+# ------------------------------------------------------------------------------------------ extension points
+# One Protocol per extension point, in cycle order. A Profile lists plugins by point; the Framework checks, when
+# the profile loads, that each plugin implements every point it is listed at (see `POINT_METHODS`).
+
+
+class CycleHooks(Protocol):
+    """open / close: every plugin of the profile, whatever its points, in profile order."""
+
+    def open(self, ctx: CycleContext) -> None:
+        """Once per cycle, before any other point: compute per-cycle state (drf's shares, a filter's cache)."""
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        """Once at the end of the cycle, with its Decision: may return a time to be woken up at; the earliest
+        answer of all plugins becomes `Decision.wake_s` (None: no wish)."""
+
+
+class Admission(Protocol):
+    """admit: may a pending job start now, as far as this plugin is concerned?"""
+
+    def admit(self, job: Job, ctx: CycleContext) -> Status:
+        """Called for every pending job the cycle reaches, by every `admit` plugin in profile order; the first
+        non-success holds the job queued this cycle (its Status goes into `Decision.waiting`). The answer may depend
+        only on the job's shape (request, constraints, tenant, queue, priority) and the cycle's state, because a
+        "no" holds the later jobs of that shape too. A plugin that reads `ctx.usage` sets `needs_usage`."""
+
+
+class OrderKey(Protocol):
+    """order: which pending job goes first."""
+
+    def order_key(self, job: Job, ctx: CycleContext) -> Any:
+        """A sortable key of any job, pending or running. The keys of the `order` plugins form a tuple compared
+        lexicographically, so the first plugin that tells two jobs apart wins; ties end in submission order; lower
+        keys go first. `ctx.order_key(job)` gives that tuple.
+
+        The cycle keeps the queue sorted between cycles while the key of a waiting job does not change
+        (`static_order`, default True), except at the times the plugin's `pending_key_expires_s` announces. A
+        running job's key is cached until the plugin's `key_expires_s` (the scheduler wakes up then), or recomputed
+        every cycle with `dynamic_running_key`. A plugin without `static_order` may name the group its key depends
+        on (`key_group`). See those members of Plugin."""
+
+
+class NodeFilter(Protocol):
+    """filter: the nodes a job may run on."""
+
+    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """A boolean mask over nodes (True: allowed), for each job the cycle tries to place; a node must pass every
+        filter. The answer must not depend on what is free now (the cycle counts fit itself): `ctx.node_mask(job)`
+        is the conjunction of all filters, which plugins use to plan ahead. During a preemption attempt
+        `ctx.releasing` names running jobs to treat as gone."""
+
+
+class NodeScorer(Protocol):
+    """score: how good each node is for a job."""
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """0..100 per node (higher is better), for each job the cycle tries to place; the cycle sums the scores
+        times their profile weights and hands the sum to the `place` plugin. Like filters, scores during a
+        preemption attempt treat `ctx.releasing` as gone."""
+
+
+class Placer(Protocol):
+    """place: where a job's tasks go."""
+
+    def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
+        """The one `place` plugin of a profile chooses nodes for all `job.tasks` tasks, given how many tasks fit on
+        each node now (`fit`, 0 where a filter fails) and the weighted scores. None: the job does not start now
+        (it may preempt or reserve next). The cycle checks the Allocation against `fit` (an infeasible one is a
+        bug: RuntimeError) and applies it in a Txn, whole."""
+
+
+class Preemptor(Protocol):
+    """preempt: the running jobs to stop so that a job can start."""
+
+    def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
+        """For a job that does not fit and is ordered before some running job: victims (ids of running jobs
+        ordered after the job), or None. The `preempt` plugins are asked in profile order and the first usable
+        answer wins: the cycle releases the victims in a Txn and commits only if the job then fits (a job started
+        in this cycle is never a victim). An answer is monotone: if no victims are found for a job, none are for a
+        later job asking for as many GPUs or more (the cycle then stops asking, so a long queue costs one failed
+        attempt per cycle). Never asked for a job whose `preemption_policy` is "Never". `ctx.running_ranked` holds
+        the running jobs' keys sorted, so the jobs ordered after a key are a tail found by bisection."""
+
+
+class Backfiller(Protocol):
+    """backfill: what a job that cannot start holds for later."""
+
+    def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
+        """For a job that still cannot start (after preemption): a Reservation or None; the first answer of the
+        `backfill` plugins wins. A reservation's GPUs are kept from jobs ordered after it, except from jobs expected
+        to end (now + reference time left) before it starts (EASY backfill); a reservation of the whole cluster
+        (`nodes` None) ends the cycle (strict head-of-line)."""
+
+
+POINT_METHODS: Mapping[str, str] = {"admit": "admit", "order": "order_key", "filter": "filter", "score": "score",
+                                    "place": "place", "preempt": "preempt", "backfill": "backfill"}
+"""Profile point -> the method a plugin listed there must implement."""
 
 
 class Plugin:
-    """Base class of policies. A plugin implements any subset of the extension points below; the Profile says at
-    which points it is enabled. Plugins read the CycleContext and return answers; they never mutate it.
-
-    Extension points, in cycle order, and how the answers of several plugins combine:
-
-    open(ctx)                    every plugin, in profile order, once per cycle: compute per-cycle state.
-    admit(job, ctx) -> Status    every pending job; the first non-success holds the job queued this cycle. The
-                                 answer may depend only on the job's shape (request, constraints, tenant, queue,
-                                 priority) and the cycle's state: a "no" holds the later jobs of that shape too.
-    order_key(job, ctx) -> key   a sortable key per job; keys of the `order` plugins form a tuple compared
-                                 lexicographically, so the first plugin that tells two jobs apart wins; ties end
-                                 in submission order. Lower keys go first.
-    filter(job, ctx) -> bool[n]  a mask over nodes; a node must pass every filter.
-    score(job, ctx) -> float[n]  0..100 per node; the weighted sum ranks feasible nodes for `place`.
-    place(job, ctx, fit, score)  the one `place` plugin chooses nodes for all `job.tasks` tasks given how many fit
-        -> Allocation | None     on each node (`fit`, 0 where a filter failed); None: the job waits.
-    preempt(job, ctx)            for a job that does not fit: the running jobs to stop so it can; the first plugin
-        -> list[str] | None      with an answer wins. The framework commits the victims only if the job then fits.
-                                 Victims are ordered after the job, and an answer is monotone: if no victims are
-                                 found for a job, none are for a later job asking for as many GPUs or more (the
-                                 framework then stops asking, so a long queue costs one failed attempt per cycle).
-                                 Never asked for a job whose `preemption_policy` is "Never".
-    backfill(job, ctx)           for a job that still cannot start: a Reservation or None; the first answer wins.
-        -> Reservation | None    A reservation's GPUs are kept from jobs ordered after it, except from jobs
-                                 expected to end (now + reference time left) before it starts (EASY backfill).
-    close(ctx, decision)         every plugin, once at the end of the cycle; may return a wake-up time; the
-        -> float | None          earliest one becomes `Decision.wake_s`.
-
-    An `order` plugin whose key of a running job changes with time (LAS: attained service) says when through
-    `key_expires_s`; the framework caches running jobs' keys until then and wakes the scheduler at that time.
-
-    `static_order` tells the framework the key of a pending job does not change while it waits, except at the
-    times `pending_key_expires_s` announces (it may then keep the queue sorted between cycles instead of sorting
-    it every cycle).
-
-    `needs_usage` asks the framework to keep `ctx.usage` (what running jobs hold per tenant and queue) up to date,
-    within a cycle too. `ctx.node_mask(job)` gives the nodes every filter allows (for plugins that plan ahead)."""
+    """Base class of policies: a default for every extension point above (a plugin overrides the points it
+    implements; the Profile says at which points it is enabled) and the order companions. Plugins read the
+    CycleContext and return answers; they never mutate it."""
 
     name: ClassVar[str] = ""
-    static_order: ClassVar[bool] = True
+    static_order: ClassVar[bool] = True  # the key of a waiting job does not change while it waits (see OrderKey)
     shape_by_tenant: ClassVar[bool] = False  # its answers differ by tenant or queue (queue shapes keep them apart)
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
-    needs_usage: ClassVar[bool] = False  # reads ctx.usage (the framework then keeps it)
+    needs_usage: ClassVar[bool] = False  # reads ctx.usage (the cycle then keeps it, within a cycle too)
 
     def open(self, ctx: CycleContext) -> None:
         return None
@@ -194,8 +256,8 @@ class Plugin:
         raise NotImplementedError
 
     def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
-        """When the order key of a running job will change (inf: never while it runs). The framework keeps the
-        keys of running jobs until then, and wakes the scheduler at that time."""
+        """When the order key of a running job will change (inf: never while it runs). The cycle keeps the keys
+        of running jobs until then, and wakes the scheduler at that time."""
         return math.inf
 
     def pending_key_expires_s(self, job: Job, ctx: CycleContext) -> float:
@@ -229,4 +291,7 @@ class Plugin:
         return None
 
 
-PluginFactory = Callable[..., Plugin]
+def implements(plugin: object, point: str) -> bool:
+    """Does `plugin` implement profile point `point` (override Plugin's default of its method)?"""
+    method = POINT_METHODS[point]
+    return getattr(type(plugin), method, None) not in (None, getattr(Plugin, method))

@@ -4,10 +4,7 @@ No I/O, no wall clock, no global randomness: the world passes the time in and a 
 
 from __future__ import annotations
 
-import bisect
-import heapq
 import itertools
-import math
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -18,138 +15,9 @@ from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
 from trimtab.policy import CycleContext, Decision, RunningJob
 from trimtab.profile import Profile, Registry
+from trimtab.queue import Entry, Shape, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
 
 _ONE_GPU = Resources(gpus=1)
-Shape = tuple[Any, ...]
-Key = tuple[Any, ...]
-Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
-
-
-def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shape:
-    """What makes two jobs interchangeable for a cycle: the gang size, the task request and every placement
-    constraint (with inter-pod affinity, also the pods' labels and namespace); with `by_tenant`, who asks (tenant,
-    queue: admission and reservations depend on it); with `by_priority`, priority and preemption policy (preemption
-    depends on them)."""
-    shape: Shape = (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
-                    job.node_affinity)
-    if job.labels or job.pod_affinity:  # inter-pod terms: who the job is and where its namespace's pods run matter
-        shape += (tuple(sorted(job.labels.items())), job.pod_affinity, job.tenant)
-    if by_tenant:
-        shape += (job.tenant, job.queue)
-    if by_priority:
-        shape += (job.priority, job.preemption_policy)
-    return shape
-
-
-class ShapeQueue:
-    """Pending jobs grouped by request shape, each group sorted by (order key, arrival). A cycle walks the groups'
-    heads merged in key order; a group whose head could not start is skipped for the rest of the cycle, because a
-    job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue)."""
-
-    def __init__(self, shape: Callable[[Job], Shape] = shape_of) -> None:
-        self.shape = shape
-        self._groups: dict[Shape, list[Entry]] = {}
-        self._where: dict[str, tuple[Shape, Entry]] = {}
-
-    def __len__(self) -> int:
-        return len(self._where)
-
-    def __contains__(self, job_id: object) -> bool:
-        return job_id in self._where
-
-    def seq_of(self, job_id: str) -> int:
-        return self._where[job_id][1][1]
-
-    def members(self) -> Iterator[tuple[str, Shape]]:
-        """Every pending job id with its shape, in the order they were added (queue order when keys are all
-        equal, as under a dynamic order)."""
-        return ((job_id, where[0]) for job_id, where in self._where.items())
-
-    def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
-        shape = self.shape(job)
-        entry = (key, seq, job.id)
-        bisect.insort(self._groups.setdefault(shape, []), entry)
-        self._where[job.id] = (shape, entry)
-
-    def remove(self, job_id: str) -> None:
-        shape, entry = self._where.pop(job_id)
-        group = self._groups[shape]
-        del group[bisect.bisect_left(group, entry)]
-        if not group:
-            del self._groups[shape]
-
-    def ordered(self) -> Iterator[Entry]:
-        """Every pending entry in queue order."""
-        return heapq.merge(*self._groups.values())
-
-    def walk(self, blocked: set[Shape], lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None
-             ) -> Walk:
-        """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
-        (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
-        (started) or added meanwhile. With `lifts`, each group's stored keys are mapped to the keys the groups are
-        merged by, through `lifts(shape, head)`, asked once per group when the walk starts."""
-        return Walk(self._groups, blocked, lifts)
-
-
-class Walk:
-    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape)."""
-
-    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape],
-                 lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None) -> None:
-        self._groups = groups
-        self._blocked = blocked
-        self.lift: dict[Shape, Callable[[Key], Key]] | None = None
-        if lifts is None:
-            self._heap = [(group[0], group[0], shape) for shape, group in groups.items()]
-        else:
-            self.lift = {shape: lifts(shape, group[0]) for shape, group in groups.items()}
-            self._heap = [(self._merge_key(group[0], shape), group[0], shape) for shape, group in groups.items()]
-        heapq.heapify(self._heap)
-        self._last: tuple[Entry, Shape] | None = None  # yielded; its group's next entry joins the heap lazily
-
-    def _merge_key(self, entry: Entry, shape: Shape) -> Any:
-        if self.lift is None:
-            return entry
-        return self.lift[shape](entry[0]), entry[1]
-
-    def __iter__(self) -> Walk:
-        return self
-
-    def __next__(self) -> tuple[Entry, Shape]:
-        self._advance()
-        heap = self._heap
-        while heap:
-            _, entry, shape = heapq.heappop(heap)
-            if shape not in self._blocked:
-                self._last = (entry, shape)
-                return entry, shape
-        raise StopIteration
-
-    def _advance(self) -> None:
-        if self._last is None:
-            return
-        entry, shape = self._last
-        self._last = None
-        group = self._groups.get(shape)
-        if shape not in self._blocked and group:
-            i = bisect.bisect_right(group, entry)
-            if i < len(group):
-                heapq.heappush(self._heap, (self._merge_key(group[i], shape), group[i], shape))
-
-    def run(self, limit: int, accept: Callable[[Entry], bool]) -> list[Entry]:
-        """The entries that follow the one just yielded with nothing of another shape between them in queue order,
-        while `accept` holds, at most `limit`. They stay queued (and are yielded later unless removed)."""
-        if self._last is None:
-            return []
-        entry, shape = self._last
-        group = self._groups.get(shape, [])
-        bound = self._heap[0][0] if self._heap else None
-        out: list[Entry] = []
-        i = bisect.bisect_right(group, entry)
-        while i < len(group) and len(out) < limit and (bound is None or group[i] < bound) and accept(group[i]):
-            out.append(group[i])
-            i += 1
-        return out
 
 
 class Scheduler:
@@ -195,7 +63,7 @@ class Scheduler:
         self._blocked: set[Shape] = set()
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
-        self._pending_expiry: list[tuple[float, int, str]] = []  # heap of (key change time, queue seq, job id)
+        self._waiting_keys = WaitingKeyExpiry(self.framework.pending_key_expires_s)
 
     # -------------------------------------------------------------------------------------------- events
 
@@ -349,7 +217,7 @@ class Scheduler:
         for key, seq, job_id in self._queue.ordered():  # the same key and seq: the same place in the queue
             grown._queue.add(self.jobs[job_id], key, seq)
         grown._held = self._held
-        grown._pending_expiry = self._pending_expiry
+        grown._waiting_keys = self._waiting_keys.moved_to(grown.framework.pending_key_expires_s)
         grown._seq = self._seq
         grown.cycles_run = self.cycles_run
         return grown
@@ -360,7 +228,7 @@ class Scheduler:
         """Run one scheduling cycle at `now_s` and book its starts and preemptions."""
         if self._drainers:
             self._update_drains(now_s)
-        if self._pending_expiry and self._pending_expiry[0][0] <= now_s:
+        if self._waiting_keys.due(now_s):
             self._rekey_waiting(now_s)
         if self._wake_s is not None and now_s >= self._wake_s:
             self.changed()  # keys or time-bound answers may differ now
@@ -368,7 +236,7 @@ class Scheduler:
             return Decision(wake_s=self._wake_s)
         self.cycles_run += 1
         self._now_s = now_s
-        ctx = self.context(now_s)
+        ctx = self._cycle_context(now_s)
         blocked = self._blocked
         carried = set(blocked)  # blocked by earlier cycles: a preemption in this one releases GPUs for them
         unit_of = None
@@ -396,11 +264,9 @@ class Scheduler:
             self._enqueue(run.job, now_s)
 
         decision = self.framework.cycle(ctx, queue, blocked, on_start, on_preempt, unit_of)
-        heap = self._pending_expiry
-        while heap and heap[0][2] not in self._queue:
-            heapq.heappop(heap)  # stale: that job started or was cancelled
-        if heap and (decision.wake_s is None or heap[0][0] < decision.wake_s):
-            decision.wake_s = heap[0][0]
+        rekey_s = self._waiting_keys.next_s(self._queue)
+        if rekey_s is not None and (decision.wake_s is None or rekey_s < decision.wake_s):
+            decision.wake_s = rekey_s
         self._wake_s = decision.wake_s
         self._dirty = False
         # A blocked shape stays blocked while nothing is released: fewer free GPUs cannot help it. Not so after a
@@ -451,28 +317,33 @@ class Scheduler:
         self._dirty = True
 
     def context(self, now_s: float) -> CycleContext:
+        """The context of plugin calls between cycles (order keys at arrival, drains): without the cycle's parts
+        (order key and node mask of the profile, usage, running keys)."""
         return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
                             self.prior_executed_s, self.rng, history=self.history)
 
+    def _cycle_context(self, now_s: float) -> CycleContext:
+        """The complete context of a cycle, over the Framework's books (which the cycle keeps up to date)."""
+        fw = self.framework
+
+        def order_key(job: Job) -> tuple[Any, ...]:
+            return fw.order_key(job, ctx)
+
+        def node_mask(job: Job) -> np.ndarray:
+            return fw.node_mask(job, ctx)
+
+        ctx = CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
+                           self.prior_executed_s, self.rng, fw.running_keys.keys, fw.running_keys.ranked, order_key,
+                           fw.usage, node_mask, self.history)
+        return ctx
+
     def _rekey_waiting(self, now_s: float) -> None:
         """Waiting jobs whose order key changes now (a plugin's `pending_key_expires_s`) are sorted again."""
-        heap, ctx = self._pending_expiry, self.context(now_s)
-        while heap and heap[0][0] <= now_s:
-            _, seq, job_id = heapq.heappop(heap)
-            if job_id not in self._queue or self._queue.seq_of(job_id) != seq:
-                continue  # stale: it started, was cancelled or queued again since
-            job = self.jobs[job_id]
-            if self.framework.static_order:  # a dynamic order computes every key each cycle anyway
-                self._queue.remove(job_id)
-                self._queue.add(job, self.framework.order_key(job, ctx), seq)
-            self._note_key_expiry(job, seq, ctx)
-            self._blocked.discard(self._queue.shape(job))
+        order_key = self.framework.order_key if self.framework.static_order else None
+        shapes = self._waiting_keys.rekey(self._queue, self.jobs, self.context(now_s), order_key)
+        if shapes:
+            self._blocked.difference_update(shapes)
             self._dirty = True
-
-    def _note_key_expiry(self, job: Job, seq: int, ctx: CycleContext) -> None:
-        expiry = self.framework.pending_key_expires_s(job, ctx)
-        if expiry < math.inf:
-            heapq.heappush(self._pending_expiry, (expiry, seq, job.id))
 
     def pending(self) -> list[Job]:
         """Pending jobs in queue order (for a static order) or arrival order."""
@@ -489,7 +360,7 @@ class Scheduler:
             key = self.framework.static_key(job, ctx) if self.framework.group_order else ()
         seq = next(self._seq)
         self._queue.add(job, key, seq)
-        self._note_key_expiry(job, seq, ctx)
+        self._waiting_keys.note(job, seq, ctx)
         self._blocked.discard(self._queue.shape(job))  # it may go before the head that was blocked (or preempt for it)
         self._dirty = True
 

@@ -1,0 +1,265 @@
+"""The waiting queue and the order keys it is sorted by: request shapes, the shape-indexed queue and its ordered
+walks, the waiting jobs' key expiry, and the running jobs' order-key cache (ranked, with its expiry heap)."""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from trimtab.model import Job
+from trimtab.policy import CycleContext, Plugin
+
+Shape = tuple[Any, ...]
+Key = tuple[Any, ...]
+Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
+Ranked = tuple[tuple[Any, ...], float, str]  # (order key, start_s, job id) of a running job
+OrderKey = Callable[[Job, CycleContext], tuple[Any, ...]]
+
+
+def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shape:
+    """What makes two jobs interchangeable for a cycle: the gang size, the task request and every placement
+    constraint (with inter-pod affinity, also the pods' labels and namespace); with `by_tenant`, who asks (tenant,
+    queue: admission and reservations depend on it); with `by_priority`, priority and preemption policy (preemption
+    depends on them)."""
+    shape: Shape = (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
+                    job.node_affinity)
+    if job.labels or job.pod_affinity:  # inter-pod terms: who the job is and where its namespace's pods run matter
+        shape += (tuple(sorted(job.labels.items())), job.pod_affinity, job.tenant)
+    if by_tenant:
+        shape += (job.tenant, job.queue)
+    if by_priority:
+        shape += (job.priority, job.preemption_policy)
+    return shape
+
+
+class ShapeQueue:
+    """Pending jobs grouped by request shape, each group sorted by (order key, arrival). A cycle walks the groups'
+    heads merged in key order; a group whose head could not start is skipped for the rest of the cycle, because a
+    job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue)."""
+
+    def __init__(self, shape: Callable[[Job], Shape] = shape_of) -> None:
+        self.shape = shape
+        self._groups: dict[Shape, list[Entry]] = {}
+        self._where: dict[str, tuple[Shape, Entry]] = {}
+
+    def __len__(self) -> int:
+        return len(self._where)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._where
+
+    def seq_of(self, job_id: str) -> int:
+        return self._where[job_id][1][1]
+
+    def members(self) -> Iterator[tuple[str, Shape]]:
+        """Every pending job id with its shape, in the order they were added (queue order when keys are all
+        equal, as under a dynamic order)."""
+        return ((job_id, where[0]) for job_id, where in self._where.items())
+
+    def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
+        shape = self.shape(job)
+        entry = (key, seq, job.id)
+        bisect.insort(self._groups.setdefault(shape, []), entry)
+        self._where[job.id] = (shape, entry)
+
+    def remove(self, job_id: str) -> None:
+        shape, entry = self._where.pop(job_id)
+        group = self._groups[shape]
+        del group[bisect.bisect_left(group, entry)]
+        if not group:
+            del self._groups[shape]
+
+    def ordered(self) -> Iterator[Entry]:
+        """Every pending entry in queue order."""
+        return heapq.merge(*self._groups.values())
+
+    def walk(self, blocked: set[Shape], lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None
+             ) -> Walk:
+        """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
+        (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
+        (started) or added meanwhile. With `lifts`, each group's stored keys are mapped to the keys the groups are
+        merged by, through `lifts(shape, head)`, asked once per group when the walk starts."""
+        return Walk(self._groups, blocked, lifts)
+
+
+class Walk:
+    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape)."""
+
+    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape],
+                 lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None) -> None:
+        self._groups = groups
+        self._blocked = blocked
+        self.lift: dict[Shape, Callable[[Key], Key]] | None = None
+        if lifts is None:
+            self._heap = [(group[0], group[0], shape) for shape, group in groups.items()]
+        else:
+            self.lift = {shape: lifts(shape, group[0]) for shape, group in groups.items()}
+            self._heap = [(self._merge_key(group[0], shape), group[0], shape) for shape, group in groups.items()]
+        heapq.heapify(self._heap)
+        self._last: tuple[Entry, Shape] | None = None  # yielded; its group's next entry joins the heap lazily
+
+    def _merge_key(self, entry: Entry, shape: Shape) -> Any:
+        if self.lift is None:
+            return entry
+        return self.lift[shape](entry[0]), entry[1]
+
+    def __iter__(self) -> Walk:
+        return self
+
+    def __next__(self) -> tuple[Entry, Shape]:
+        self._advance()
+        heap = self._heap
+        while heap:
+            _, entry, shape = heapq.heappop(heap)
+            if shape not in self._blocked:
+                self._last = (entry, shape)
+                return entry, shape
+        raise StopIteration
+
+    def _advance(self) -> None:
+        if self._last is None:
+            return
+        entry, shape = self._last
+        self._last = None
+        group = self._groups.get(shape)
+        if shape not in self._blocked and group:
+            i = bisect.bisect_right(group, entry)
+            if i < len(group):
+                heapq.heappush(self._heap, (self._merge_key(group[i], shape), group[i], shape))
+
+    def run(self, limit: int, accept: Callable[[Entry], bool]) -> list[Entry]:
+        """The entries that follow the one just yielded with nothing of another shape between them in queue order,
+        while `accept` holds, at most `limit`. They stay queued (and are yielded later unless removed)."""
+        if self._last is None:
+            return []
+        entry, shape = self._last
+        group = self._groups.get(shape, [])
+        bound = self._heap[0][0] if self._heap else None
+        out: list[Entry] = []
+        i = bisect.bisect_right(group, entry)
+        while i < len(group) and len(out) < limit and (bound is None or group[i] < bound) and accept(group[i]):
+            out.append(group[i])
+            i += 1
+        return out
+
+
+class WaitingKeyExpiry:
+    """When the order keys of waiting jobs change (a plugin's `pending_key_expires_s`, e.g. LAS aging): a heap of
+    (time, queue seq, job id), so the queue moves just those jobs at that time and the scheduler wakes up for it."""
+
+    def __init__(self, expires_s: Callable[[Job, CycleContext], float],
+                 heap: list[tuple[float, int, str]] | None = None) -> None:
+        self._expires_s = expires_s  # the profile's pending_key_expires_s (Framework)
+        self._heap = [] if heap is None else heap
+
+    def moved_to(self, expires_s: Callable[[Job, CycleContext], float]) -> WaitingKeyExpiry:
+        """The same expiry times, later ones asked of `expires_s` (a scheduler that carries on from this one)."""
+        return WaitingKeyExpiry(expires_s, self._heap)
+
+    def note(self, job: Job, seq: int, ctx: CycleContext) -> None:
+        """A job joined the queue as `seq` (or its key was just renewed): remember when its key changes."""
+        expiry = self._expires_s(job, ctx)
+        if expiry < math.inf:
+            heapq.heappush(self._heap, (expiry, seq, job.id))
+
+    def due(self, now_s: float) -> bool:
+        return bool(self._heap) and self._heap[0][0] <= now_s
+
+    def rekey(self, queue: ShapeQueue, jobs: Mapping[str, Job], ctx: CycleContext,
+              order_key: OrderKey | None) -> list[Shape]:
+        """Waiting jobs whose key changes by `ctx.now_s` are sorted again in `queue` under `order_key` (None: a
+        dynamic order, which computes every key each cycle anyway) and their next change noted. Returns their
+        shapes: the caller unblocks them (a job may now go before the head that was blocked)."""
+        heap, shapes = self._heap, []
+        while heap and heap[0][0] <= ctx.now_s:
+            _, seq, job_id = heapq.heappop(heap)
+            if job_id not in queue or queue.seq_of(job_id) != seq:
+                continue  # stale: it started, was cancelled or queued again since
+            job = jobs[job_id]
+            if order_key is not None:
+                queue.remove(job_id)
+                queue.add(job, order_key(job, ctx), seq)
+            self.note(job, seq, ctx)
+            shapes.append(queue.shape(job))
+        return shapes
+
+    def next_s(self, queue: ShapeQueue) -> float | None:
+        """The next time a queued job's key changes (None: never)."""
+        heap = self._heap
+        while heap and heap[0][2] not in queue:
+            heapq.heappop(heap)  # stale: that job started or was cancelled
+        return heap[0][0] if heap else None
+
+
+class RunningKeys:
+    """The order keys of running jobs, cached: `keys` by job id, and `ranked` as (key, start_s, job id) ascending, so
+    the jobs ordered after a waiting job are a tail found by bisection (CycleContext.running_keys / running_ranked
+    point at these two, which stay the same objects for the cache's life). A key is kept until the order plugins'
+    `key_expires_s` (the earliest such time is a wake-up time); with `dynamic` (SRTF) every key is computed again
+    each cycle."""
+
+    def __init__(self, order_key: OrderKey, expiring: Sequence[Plugin], dynamic: bool) -> None:
+        self._order_key = order_key
+        self._expiring = expiring  # order plugins whose key of a running job may expire
+        self._dynamic = dynamic
+        self.keys: dict[str, tuple[Any, ...]] = {}
+        self.ranked: list[Ranked] = []
+        self._entry: dict[str, Ranked] = {}  # each job's entry in `ranked`
+        self._expiry: list[tuple[float, str]] = []  # heap of (expiry, job id)
+
+    def drop(self, job_id: str) -> None:
+        """A job stopped running."""
+        if self.keys.pop(job_id, None) is not None:
+            ranked = self.ranked
+            del ranked[bisect.bisect_left(ranked, self._entry.pop(job_id))]
+
+    def cache(self, job: Job, ctx: CycleContext, rank: bool = True) -> None:
+        """Compute a running job's key and when it expires; with `rank` False the caller re-sorts `ranked`."""
+        if rank:
+            self.drop(job.id)
+        key = self.keys[job.id] = self._order_key(job, ctx)
+        entry = self._entry[job.id] = (key, ctx.running[job.id].start_s, job.id)
+        if rank:
+            bisect.insort(self.ranked, entry)
+        expiry = math.inf
+        for plugin in self._expiring:
+            expiry = min(expiry, plugin.key_expires_s(job, ctx))
+        if expiry < math.inf:
+            heapq.heappush(self._expiry, (expiry, job.id))
+
+    def refresh(self, ctx: CycleContext) -> None:
+        """Bring the cache up to `ctx`: keys of jobs started outside a cycle, expired keys, stopped jobs."""
+        if self._dynamic:
+            self.keys.clear()
+            self.keys.update({jid: self._order_key(run.job, ctx) for jid, run in ctx.running.items()})
+            self._entry = {jid: (key, ctx.running[jid].start_s, jid) for jid, key in self.keys.items()}
+            self.ranked[:] = sorted(self._entry.values())
+            return
+        if len(self.keys) != len(ctx.running):  # jobs started outside a cycle (e.g. re-adopted)
+            for job_id, run in ctx.running.items():
+                if job_id not in self.keys:
+                    self.cache(run.job, ctx)
+        heap = self._expiry
+        expired = []
+        while heap and heap[0][0] <= ctx.now_s:
+            run = ctx.running.get(heapq.heappop(heap)[1])
+            if run is not None:
+                expired.append(run.job)
+        one_by_one = len(expired) < 64  # many at once (a cohort crossing a threshold): one sort is cheaper
+        for job in expired:
+            self.cache(job, ctx, rank=one_by_one)
+        if not one_by_one:
+            self.ranked[:] = sorted(self._entry.values())
+        if len(self.keys) > len(ctx.running):
+            for job_id in [j for j in self.keys if j not in ctx.running]:
+                self.drop(job_id)
+
+    def next_expiry_s(self) -> float | None:
+        """When the next cached key of a running job expires (None: never)."""
+        heap = self._expiry
+        while heap and heap[0][1] not in self.keys:
+            heapq.heappop(heap)  # stale: that job stopped
+        return heap[0][0] if heap else None
