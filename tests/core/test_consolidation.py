@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from test_properties import check_invariants, scenarios
 
 from builders import job, nodes
-from test_properties import check_invariants, scenarios
 from trimtab.cluster import ClusterState
 from trimtab.model import JobState
 from trimtab.profile import Profile

@@ -12,7 +12,7 @@ from trimtab.formats.cluster import load_cluster
 from trimtab.formats.traces import load_trace
 from trimtab.sim.run import SimConfig, compare
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from tenancy_philly import vc_profiles  # the benchmark's policies: the same runs, on fewer jobs
 
 JOBS = 5000  # the first 5,000 jobs (12 VCs) keep this under a minute; the full list has 15 VCs

@@ -8,7 +8,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-sys.path.insert(0, str(Path(__file__).parent / "scenarios"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "scenarios"))
 from stories import manifests, node, peak_by, priority_class, quota, run, vcjob
 
 from trimtab.profile import Profile
