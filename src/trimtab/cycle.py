@@ -4,7 +4,7 @@ record; the plugins of a Profile asked point by point. ClusterState changes only
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -12,17 +12,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation
 from trimtab.model import Job
-from trimtab.policy import (
-    _DOES_NOT_FIT,
-    _OK,
-    _ONE_TASK,
-    POINT_METHODS,
-    CycleContext,
-    Decision,
-    Plugin,
-    Status,
-    implements,
-)
+from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Plugin, Status, check_points
 from trimtab.profile import PluginRef, Profile, Registry, _split_ref
 from trimtab.queue import RunningKeys
 from trimtab.usage import UsageBook
@@ -75,7 +65,7 @@ class Framework:
         self.preempt = [get(r) for r in profile.preempt]
         self.backfill = [get(r) for r in profile.backfill]
         self.plugins: list[Plugin] = list(instances.values())
-        _check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
+        check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
                                      "score": [p for p, _ in self.score], "place": [self.placer],
                                      "preempt": self.preempt, "backfill": self.backfill})
         self.static_order = all(p.static_order for p in self.order)
@@ -376,11 +366,3 @@ class Framework:
             self.usage.remove(job.id)
         return admitted
 
-
-def _check_points(profile_name: str, points: dict[str, Sequence[Plugin]]) -> None:
-    """A profile lists each plugin only at points it implements (else a ValueError now, not in a cycle)."""
-    for point, plugins in points.items():
-        for plugin in plugins:
-            if not implements(plugin, point):
-                raise ValueError(f"profile {profile_name}: plugin {plugin.name!r} is listed at {point} but does not "
-                                 f"implement {POINT_METHODS[point]}")

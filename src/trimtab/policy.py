@@ -97,7 +97,9 @@ class Decision:
 class CycleContext:
     """The snapshot every plugin sees, complete before any plugin sees it and never written (frozen). Only the
     Scheduler and the cycle change what it points to (the cluster, the running jobs, the usage book, the running
-    keys), as they book each answer. A preemption attempt hands the plugins a copy with `releasing` set."""
+    keys), as they book each answer. A preemption attempt hands the plugins a copy with `releasing` set. Between
+    cycles (order keys of arriving jobs) the cycle's parts (running keys, order_key, usage, node_mask) are left at
+    their defaults."""
 
     now_s: float
     cluster: ClusterState
@@ -295,3 +297,13 @@ def implements(plugin: object, point: str) -> bool:
     """Does `plugin` implement profile point `point` (override Plugin's default of its method)?"""
     method = POINT_METHODS[point]
     return getattr(type(plugin), method, None) not in (None, getattr(Plugin, method))
+
+
+def check_points(profile_name: str, points: Mapping[str, Sequence[Plugin]]) -> None:
+    """A profile lists each plugin only at points it implements: else a ValueError when the profile loads into a
+    Framework, naming the profile, the point and the plugin, rather than an error in the middle of a cycle."""
+    for point, plugins in points.items():
+        for plugin in plugins:
+            if not implements(plugin, point):
+                raise ValueError(f"profile {profile_name}: plugin {plugin.name!r} is listed at {point} but does not "
+                                 f"implement {POINT_METHODS[point]}")

@@ -333,8 +333,9 @@ class Scheduler:
             return fw.node_mask(job, ctx)
 
         ctx = CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
-                           self.prior_executed_s, self.rng, fw.running_keys.keys, fw.running_keys.ranked, order_key,
-                           fw.usage, node_mask, self.history)
+                           self.prior_executed_s, self.rng, running_keys=fw.running_keys.keys,
+                           running_ranked=fw.running_keys.ranked, order_key=order_key, usage=fw.usage,
+                           node_mask=node_mask, history=self.history)
         return ctx
 
     def _rekey_waiting(self, now_s: float) -> None:
