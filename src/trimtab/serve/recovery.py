@@ -33,20 +33,19 @@ class Recovered:
     counts: Counter[str] = field(default_factory=Counter)
 
 
+@dataclass(slots=True)
 class Recovery:
     """One recovery over the store (`run`, called once by the daemon under its lock before its loop starts):
     jobs go to `scheduler`, adopted tasks to `devices`, tasks are asked of and stopped through `executor`."""
 
-    def __init__(self, store: Store, scheduler: Scheduler, executor: Executor, devices: DeviceBook,
-                 launcher: Launcher, grace_s: float) -> None:
-        self.store = store
-        self.scheduler = scheduler
-        self.executor = executor
-        self.devices = devices
-        self.launcher = launcher
-        self.grace_s = grace_s
-        self.found = Recovered()
-        self._never_started: list[Run] = []
+    store: Store
+    scheduler: Scheduler
+    executor: Executor
+    devices: DeviceBook
+    launcher: Launcher
+    grace_s: float
+    found: Recovered = field(default_factory=Recovered)
+    _never_started: list[Run] = field(default_factory=list)
 
     def run(self, now_s: float) -> Recovered:
         counts = self.found.counts
