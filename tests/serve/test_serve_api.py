@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from serve_helpers import SRC, Server
+
 from trimtab.serve.store import JobRow, Store, sqlite_url
 
 
