@@ -15,7 +15,7 @@ import httpx
 import pytest
 from click.testing import Result
 
-from serve_helpers import Server
+from serve.serve_helpers import Server
 
 CLUSTER = "1x1:h100-80gb"
 

@@ -38,7 +38,7 @@ def _fail(message: str, code: int = 1) -> None:
 
 
 def _call(fn: Any, *args: Any) -> Any:
-    from trimtab.serve.client import ClientError
+    from trimtab.serve.errors import ServeError as ClientError
 
     try:
         return fn(*args)

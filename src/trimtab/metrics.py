@@ -146,7 +146,7 @@ class Recorder:
 
     def waiting(self, now_s: float, statuses: Mapping[str, Any]) -> None:
         """Why jobs wait after a cycle that ran: statuses (framework `Status`) by job id. A job is quota-blocked from
-        a cycle whose status for it names the `quota` plugin until one names another reason or it starts."""
+        a cycle whose status for it has the cause `Cause.QUOTA` until one gives another cause or it starts."""
         self._sees_waiting = True
         for job_id, status in statuses.items():
             blocked = status.cause is Cause.QUOTA

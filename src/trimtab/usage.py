@@ -14,15 +14,16 @@ from trimtab.model import Job
 if TYPE_CHECKING:
     from trimtab.policy import RunningJob
 
-USAGE_DIMS = ("pods", "gpus", "cpu_milli", "mem_mib", "limit_cpu_milli", "limit_mem_mib")
+USAGE_DIMS = ("pods", "gpus", "cpu_milli", "mem_mib", "limit_cpu_milli", "limit_mem_mib", "gpu_milli")
+GPU_MILLI_DIM = USAGE_DIMS.index("gpu_milli")  # GPU thousandths held: whole GPUs and shares alike
 
 
 def usage_of(job: Job) -> np.ndarray:
     """What a running job counts against quotas, in the order of USAGE_DIMS."""
     t, lim = job.task, job.task_limits or job.task
     n = job.tasks
-    return np.array([n, n * t.gpus, n * t.cpu_milli, n * t.mem_mib, n * lim.cpu_milli, n * lim.mem_mib],
-                    dtype=np.int64)
+    return np.array([n, n * t.gpus, n * t.cpu_milli, n * t.mem_mib, n * lim.cpu_milli, n * lim.mem_mib,
+                     n * t.gpu_milli_total], dtype=np.int64)
 
 
 class UsageBook:

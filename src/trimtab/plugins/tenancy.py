@@ -12,9 +12,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from trimtab.cluster import GPU_MILLI
 from trimtab.model import Job
 from trimtab.policy import Cause, Code, CycleContext, Decision, Plugin, Status
-from trimtab.usage import USAGE_DIMS, usage_of
+from trimtab.usage import GPU_MILLI_DIM, USAGE_DIMS, usage_of
 
 _NO_LIMIT = np.iinfo(np.int64).max
 
@@ -34,17 +35,21 @@ class Quota(Plugin):
     it waits.
 
     preempt (reclaim): a job whose queue stays within its deserved share after it starts may stop jobs of queues
-    that run beyond theirs (reclaimable queues only), newest first, never taking a lender below its share."""
+    that run beyond theirs (reclaimable queues only), newest first, never taking a lender below its share.
+
+    `tenant_gpus` (the serve daemon's per-tenant quotas, whole GPUs, None: no limit) is read live, as the caller
+    changes it in place: a job waits while its tenant's running jobs plus it would hold more than the quota,
+    counted in milli-GPU (a share of 500 is half a GPU of it). Running jobs count once placed, so a job of the same
+    cycle that was admitted but not placed holds nothing back."""
 
     needs_usage: ClassVar[bool] = True
 
     def __init__(self, quotas: Sequence[Mapping[str, Any]] = (), queues: Sequence[Mapping[str, Any]] = (),
-                 borrowing: bool = True, tenant_queues: bool = False) -> None:
+                 borrowing: bool = True, tenant_queues: bool = False,
+                 tenant_gpus: Mapping[str, int | None] | None = None) -> None:
         self.hard: dict[str, list[tuple[str, np.ndarray]]] = {}
         for q in quotas:
-            vec = np.array([_NO_LIMIT if q.get(k) is None else int(q[k]) for k in
-                            ("pods", "gpus", "cpu_milli", "mem_mib", "limit_cpu_milli", "limit_mem_mib")],
-                           dtype=np.int64)
+            vec = np.array([_NO_LIMIT if q.get(k) is None else int(q[k]) for k in USAGE_DIMS], dtype=np.int64)
             self.hard.setdefault(str(q["namespace"]), []).append((str(q.get("name", "quota")), vec))
         self.weight: dict[str, int] = {str(q["name"]): int(q.get("weight", 1)) for q in queues}
         self.capability: dict[str, int] = {str(q["name"]): int(q["capability_gpus"]) for q in queues
@@ -52,6 +57,7 @@ class Quota(Plugin):
         self.reclaimable: dict[str, bool] = {str(q["name"]): bool(q.get("reclaimable", True)) for q in queues}
         self.borrowing = borrowing
         self.tenant_queues = tenant_queues
+        self.tenant_gpus = tenant_gpus
         self.deserved: dict[str, float] = {}
         # requests held this cycle; usage only grows until a job stops, so they stay held until then
         self._held: dict[tuple[object, ...], Status] = {}
@@ -81,7 +87,9 @@ class Quota(Plugin):
         if self._held_at != (ctx.now_s, ctx.usage.removals):
             self._held_at = (ctx.now_s, ctx.usage.removals)
             self._held.clear()
-        key = (job.tenant, job.queue, job.tasks, job.task, job.task_limits)
+        key: tuple[object, ...] = (job.tenant, job.queue, job.tasks, job.task, job.task_limits)
+        if self.tenant_gpus is not None:  # a held answer stands only while the tenant's quota does
+            key = (*key, self.tenant_gpus.get(job.tenant))
         status = self._held.get(key)
         if status is None:
             status = self._check(job, ctx)
@@ -90,6 +98,10 @@ class Quota(Plugin):
         return status
 
     def _check(self, job: Job, ctx: CycleContext) -> Status:
+        if self.tenant_gpus is not None:
+            status = self._check_tenant_gpus(job, ctx)
+            if not status.success:
+                return status
         quotas = self.hard.get(job.tenant, ())
         need = usage_of(job) if quotas else None
         for name, hard in quotas:
@@ -108,6 +120,17 @@ class Quota(Plugin):
                 and used + job.gpus > self.deserved[queue] + 1e-9:
             return Status(Code.WAIT, f"queue {queue}: deserved {self.deserved[queue]:.1f} GPUs reached", self.name,
                           Cause.QUOTA)
+        return Status.ok()
+
+    def _check_tenant_gpus(self, job: Job, ctx: CycleContext) -> Status:
+        assert self.tenant_gpus is not None
+        quota = self.tenant_gpus.get(job.tenant)
+        if quota is None:
+            return Status.ok()
+        held_milli = int(ctx.usage.tenant(job.tenant)[GPU_MILLI_DIM])
+        if held_milli + job.tasks * job.task.gpu_milli_total > quota * GPU_MILLI:
+            return Status(Code.WAIT, f"tenant {job.tenant} holds {held_milli / GPU_MILLI:g} of its {quota} GPUs",
+                          self.name, Cause.QUOTA)
         return Status.ok()
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:

@@ -24,9 +24,11 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from trimtab.serve.daemon import Daemon, Principal, ServeError
+from trimtab.serve.daemon import Daemon
 from trimtab.serve.dashboard import DASHBOARD_HTML
+from trimtab.serve.errors import ServeError
 from trimtab.serve.metrics import ServeMetrics
+from trimtab.serve.requests import Principal
 from trimtab.serve.store import JobRow, RunRow, TenantRow, digest_of
 from trimtab.serve.submission import JobSpec, SubmissionError, parse_body
 from trimtab.serve.views import job_json, runs_by_job, stats
@@ -101,7 +103,7 @@ def principal(request: Request) -> Principal:
         raise ServeError(401, "missing bearer token (Authorization: Bearer <token>)")
     if scheme.lower() != "bearer" or not token.strip():
         raise ServeError(401, "malformed Authorization header; expected 'Bearer <token>'")
-    who = request.app.state.daemon.principal(digest_of(token.strip()))
+    who = request.app.state.daemon.requests.principal(digest_of(token.strip()))
     if who is None:
         raise ServeError(401, "unknown token")
     return who
@@ -124,17 +126,35 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     metrics = ServeMetrics(daemon)
     app.state.daemon = daemon
     app.state.metrics = metrics
+    _add_error_handlers(app)
+    _add_submit(app, daemon)
+    _add_job_routes(app, daemon)
+    _add_log_route(app, daemon)
+    _add_cluster_routes(app, daemon)
+    _add_tenant_routes(app, daemon)
+    _add_service_routes(app, daemon, metrics)
+    _add_docs(app)
+    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # type: ignore[arg-type]
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every refusal as JSON `{"detail": message, "field": path}`."""
 
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Request, exc: ServeError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": exc.message, "field": exc.field}, status_code=exc.status, headers=headers)
+        return JSONResponse({"detail": exc.detail, "field": exc.field}, status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path"))
         return JSONResponse({"detail": str(err.get("msg", "invalid request")), "field": field}, status_code=422)
+
+
+def _add_submit(app: FastAPI, daemon: Daemon) -> None:
+    """POST /v1/jobs: a JSON job or a Kubernetes manifest, accepted by the daemon."""
 
     submit_body = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")},
@@ -155,11 +175,15 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
             spec = parse_body(body, content_type)
         except SubmissionError as exc:
             raise ServeError(exc.status, exc.message, exc.field) from None
-        job_id, created = daemon.submit(spec, who)
+        job_id, created = daemon.requests.submit(spec, who)
         with daemon.store.reader() as s:
             row = s.get(JobRow, job_id)
             assert row is not None
             return job_json(row, []), created
+
+
+def _add_job_routes(app: FastAPI, daemon: Daemon) -> None:
+    """Listing, reading and cancelling jobs."""
 
     @app.get("/v1/jobs", tags=["jobs"])
     def list_jobs(who: Who, state: Annotated[str | None, Query(pattern="^(pending|running|completed|failed|"
@@ -180,30 +204,28 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
             runs = runs_by_job(s, [r.id for r in rows])
             return {"jobs": [job_json(r, runs[r.id]) for r in rows]}
 
-    def visible_job(s: Any, job_id: int, who: Principal) -> JobRow:
-        row = s.get(JobRow, job_id)
-        if row is None or not who.sees(row.tenant):
-            raise ServeError(404, f"no job {job_id}", "job_id")
-        return row
-
     @app.get("/v1/jobs/{job_id}", tags=["jobs"])
     def get_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """One job with every run of every attempt."""
         with daemon.store.reader() as s:
-            row = visible_job(s, job_id, who)
+            row = _visible_job(s, job_id, who)
             return job_json(row, runs_by_job(s, [job_id])[job_id])
 
     @app.post("/v1/jobs/{job_id}/cancel", tags=["jobs"])
     def cancel_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """Cancel a job. A pending job is cancelled at once; a running one once its tasks have exited
         (SIGTERM, then SIGKILL after the grace period)."""
-        state = daemon.cancel(job_id, who)
+        state = daemon.requests.cancel(job_id, who)
         return {"id": job_id, "state": state}
 
     @app.delete("/v1/jobs/{job_id}", tags=["jobs"])
     def delete_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """The same as POST /v1/jobs/{job_id}/cancel."""
         return cancel_job(job_id, who)
+
+
+def _add_log_route(app: FastAPI, daemon: Daemon) -> None:
+    """A task's output, read from its log file in chunks."""
 
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=PlainTextResponse)
     def job_logs(job_id: JobId, who: Who, attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
@@ -214,7 +236,7 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
         X-Trimtab-Latest (the job's latest attempt: a follower moves on to it when a retry starts), X-Trimtab-Done
         (1 once the job is terminal and this attempt's output complete)."""
         with daemon.store.reader() as s:
-            row = visible_job(s, job_id, who)
+            row = _visible_job(s, job_id, who)
             number = attempt or row.attempts
             run = s.scalar(select(RunRow).where(RunRow.job_id == job_id, RunRow.attempt == number,
                                                 RunRow.rank == rank))
@@ -235,6 +257,10 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
         return Response(data, media_type="text/plain; charset=utf-8",
                         headers={"X-Trimtab-Offset": str(offset + len(data)), "X-Trimtab-Attempt": str(number),
                                  "X-Trimtab-Latest": str(row.attempts), "X-Trimtab-Done": "1" if done else "0"})
+
+
+def _add_cluster_routes(app: FastAPI, daemon: Daemon) -> None:
+    """Nodes with their GPU map, and queues per tenant."""
 
     @app.get("/v1/nodes", tags=["cluster"])
     def nodes(who: Who) -> dict[str, Any]:
@@ -262,6 +288,10 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
         rows = snap["queues"] if who.admin else [q for q in snap["queues"] if q["tenant"] == who.tenant]
         return {"queues": rows, "gpus_total": snap["gpus_total"], "gpus_allocated": snap["gpus_allocated"]}
 
+
+def _add_tenant_routes(app: FastAPI, daemon: Daemon) -> None:
+    """Tenants, their quotas and their tokens."""
+
     @app.get("/v1/tenants", tags=["tenants"])
     def tenants(who: Who) -> dict[str, Any]:
         """Tenants and their GPU quotas (a tenant token sees its own)."""
@@ -272,16 +302,20 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     @app.put("/v1/tenants/{name}", tags=["tenants"])
     def set_tenant(name: Annotated[str, Depends(_tenant_name)], body: QuotaRequest, _: Admin) -> dict[str, Any]:
         """Create a tenant or set its GPU quota (admin)."""
-        daemon.set_quota(name, body.quota_gpus)
+        daemon.requests.set_quota(name, body.quota_gpus)
         return {"name": name, "quota_gpus": body.quota_gpus}
 
     @app.post("/v1/tokens", status_code=201, tags=["tenants"])
     def create_token(body: TokenRequest, _: Admin) -> dict[str, Any]:
         """Create a tenant token (admin); the token is shown only in this answer. Sets the quota if given."""
-        token = daemon.create_token(body.tenant, body.name)
+        token = daemon.requests.create_token(body.tenant, body.name)
         if body.quota_gpus is not None:
-            daemon.set_quota(body.tenant, body.quota_gpus)
+            daemon.requests.set_quota(body.tenant, body.quota_gpus)
         return {"token": token, "tenant": body.tenant}
+
+
+def _add_service_routes(app: FastAPI, daemon: Daemon, metrics: ServeMetrics) -> None:
+    """Statistics for the dashboard, Prometheus, the health check and the dashboard itself."""
 
     @app.get("/v1/stats", tags=["cluster"])
     def get_stats(_: Who, hours: Annotated[float, Query(gt=0, le=24 * 30)] = 6.0) -> dict[str, Any]:
@@ -303,10 +337,14 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     def dashboard() -> HTMLResponse:
         return HTMLResponse(DASHBOARD_HTML)
 
-    _add_docs(app)
 
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # type: ignore[arg-type]
-    return app
+def _visible_job(s: Any, job_id: int, who: Principal) -> JobRow:
+    """The job, if `who` may see it; 404 otherwise."""
+    row = s.get(JobRow, job_id)
+    if row is None or not who.sees(row.tenant):
+        raise ServeError(404, f"no job {job_id}", "job_id")
+    return row
+
 
 
 def _add_docs(app: FastAPI) -> None:

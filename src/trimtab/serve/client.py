@@ -13,19 +13,10 @@ import httpx
 import yaml
 
 from trimtab.serve.daemon import DEFAULT_DATA_DIR, DEFAULT_PORT
+from trimtab.serve.errors import ServeError
 
 CONFIG_FILE = Path("~/.config/trimtab/config.yaml")
 DEFAULT_SERVER = f"http://127.0.0.1:{DEFAULT_PORT}"
-
-
-class ClientError(Exception):
-    """The server refused a request (status >= 400) or could not be reached (status 0)."""
-
-    def __init__(self, status: int, detail: str, field: str = "") -> None:
-        super().__init__(f"{detail} ({field})" if field else detail)
-        self.status = status
-        self.detail = detail
-        self.field = field
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +45,7 @@ def resolve(server: str | None, token: str | None, env: Mapping[str, str] | None
 
 
 class Client:
-    """One method per API call; each returns the decoded JSON or raises ClientError."""
+    """One method per API call; each returns the decoded JSON or raises ServeError."""
 
     def __init__(self, target: Target, timeout_s: float = 30.0) -> None:
         headers = {"Authorization": f"Bearer {target.token}"} if target.token else {}
@@ -67,14 +58,14 @@ class Client:
         try:
             response = self.http.request(method, path, **kw)
         except httpx.HTTPError as exc:
-            raise ClientError(0, f"cannot reach {self.http.base_url}: {exc}") from None
+            raise ServeError(0, f"cannot reach {self.http.base_url}: {exc}") from None
         if response.status_code >= 400:
             try:
                 body = response.json()
                 detail, field = str(body.get("detail", response.text)), str(body.get("field", ""))
             except ValueError:
                 detail, field = response.text or response.reason_phrase, ""
-            raise ClientError(response.status_code, detail, field)
+            raise ServeError(response.status_code, detail, field)
         return response
 
     def submit_job(self, job: Mapping[str, Any]) -> dict[str, Any]:

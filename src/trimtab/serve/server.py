@@ -31,7 +31,8 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
         from trimtab.serve.executors.ray import RayExecutor
 
         executor = RayExecutor(config.ray_address or "auto", node_ip=config.ray_node_ip)
-    inventory = getattr(executor, "inventory", None) or discover(config.gpus, config.cluster)
+    found = executor.inventory if executor is not None else None
+    inventory = found or discover(config.gpus, config.cluster)
     store = Store(config.store_url)
     store.upgrade()
     token = store.ensure_admin_token(time.time())

@@ -11,6 +11,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from trimtab.serve.gpus import Inventory
+
 
 @dataclass(frozen=True, slots=True)
 class TaskLaunch:
@@ -82,11 +84,19 @@ class Executor(ABC):
                           reserve the gang's resources as one (Ray: a placement group). Raising OSError fails the
                           attempt's launches. The default does nothing.
 
-    Optional: `node_changes()` -> (nodes gone, nodes back), for an executor whose nodes come and go (Ray). Any
-    method may raise ExecutorLost when the executor can no longer reach its tasks: the daemon then stops and the
+    node_changes()        at the start of every step of the daemon's loop: (nodes gone, nodes back or joined) since
+                          the last call, by node name, for an executor whose nodes come and go (Ray). The daemon
+                          takes a node gone out of placement (its tasks' exits still come through poll()), puts a
+                          node back into it, and takes a node it has never seen from `inventory`. The default:
+                          no changes.
+    inventory             the nodes and devices the executor found itself (Ray), which the server then serves;
+                          None (the default): the server finds them (virtual, a cluster file, NVML).
+
+    Any method may raise ExecutorLost when the executor can no longer reach its tasks: the daemon then stops and the
     server exits; a restarted server adopts the tasks still running."""
 
     name: str = "executor"
+    inventory: Inventory | None = None
 
     @abstractmethod
     def validate(self, argv: tuple[str, ...]) -> str | None: ...
@@ -108,6 +118,9 @@ class Executor(ABC):
 
     def close(self) -> None:
         return None
+
+    def node_changes(self) -> tuple[list[str], list[str]]:
+        return [], []
 
 
 def begin_stop(tracked: Any, now_s: float, grace_s: float, send: Callable[[bool], None]) -> None:

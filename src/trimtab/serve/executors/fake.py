@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
+from trimtab.serve.gpus import Inventory
 
 
 @dataclass(slots=True)
@@ -24,7 +25,9 @@ class FakeTask:
 class FakeExecutor(Executor):
     """Tasks end at `started + duration_s(argv)` with `exit_code(argv)`, or when the test calls `end(run_id)`.
     A stop ends the task after `grace_s` with code None (killed). The same instance given to a new daemon acts as
-    processes that survived the old daemon; `lose(run_id)` makes a task vanish (as if its process was killed)."""
+    processes that survived the old daemon; `lose(run_id)` makes a task vanish (as if its process was killed).
+    Nodes come and go as the test says: each `node_changes()` answers the next of `node_reports` (then no
+    changes); a node that joins must be in `inventory`."""
 
     clock: Callable[[], float]
     duration_s: Callable[[tuple[str, ...]], float | None] = lambda argv: None
@@ -33,6 +36,8 @@ class FakeExecutor(Executor):
     tasks: dict[str, FakeTask] = field(default_factory=dict)
     launched: list[TaskLaunch] = field(default_factory=list)
     stopped: list[str] = field(default_factory=list)
+    node_reports: list[tuple[list[str], list[str]]] = field(default_factory=list)
+    inventory: Inventory | None = None
     _ended: list[TaskExit] = field(default_factory=list)
     name: str = "fake"
 
@@ -81,6 +86,9 @@ class FakeExecutor(Executor):
                 continue
             del self.tasks[run_id]
         return exits
+
+    def node_changes(self) -> tuple[list[str], list[str]]:
+        return self.node_reports.pop(0) if self.node_reports else ([], [])
 
     def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption:
         if task.run_id in self.tasks:

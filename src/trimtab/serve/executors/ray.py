@@ -17,6 +17,7 @@ from typing import Any
 
 from trimtab.model import Node, Resources
 from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch, begin_stop
+from trimtab.serve.executors.ray_actor import TaskActor
 from trimtab.serve.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
@@ -24,30 +25,6 @@ ACTOR_PREFIX = "trimtab-task-"
 GANG_PREFIX = "trimtab-gang-"
 PIN = 0.001  # of a node's `node:<address>` resource: pins a bundle to that node
 RUN_ID_VAR = "TRIMTAB_RUN_ID"
-LOG_CHUNK = 1 << 20
-
-# The process an actor starts: a session leader that runs the command in its own process group and, through
-# PR_SET_PDEATHSIG, kills that whole group if the actor dies (node lost, actor killed), so no orphan of a task
-# keeps its GPUs. SIGTERM (a stop) reaches the command through the group; the supervisor only waits.
-SUPERVISOR = r"""
-import ctypes, os, signal, subprocess, sys
-def lost(*_):
-    os.killpg(0, signal.SIGKILL)
-signal.signal(signal.SIGUSR1, lost)
-signal.signal(signal.SIGTERM, lambda *_: None)
-ctypes.CDLL(None).prctl(1, int(signal.SIGUSR1))
-if os.getppid() != int(sys.argv[1]):
-    lost()
-child = subprocess.Popen(sys.argv[2:], stdin=subprocess.DEVNULL)
-while True:
-    try:
-        code = child.wait()
-        break
-    except InterruptedError:
-        continue
-sys.exit(code if code >= 0 else 128 - code)
-"""
-
 
 def _gang_name(job_id: int, attempt: int) -> str:
     return f"{GANG_PREFIX}{job_id}.{attempt}"
@@ -100,89 +77,6 @@ def ray_inventory(nodes: list[dict[str, Any]] | None = None) -> Inventory:
     if not found:
         raise ValueError("the Ray cluster has no alive node")
     return Inventory(tuple(found), devices, "ray")
-
-
-class TaskActor:
-    """Runs one task's command on its node (the body of the Ray actor class). Threaded: `wait` blocks while
-    `read` and `signal` answer."""
-
-    def __init__(self, run_id: str, log_dir: str) -> None:
-        import tempfile
-        import threading
-
-        self.run_id = run_id
-        os.makedirs(log_dir, exist_ok=True)
-        fd, self.log_path = tempfile.mkstemp(prefix=f"{run_id}-", suffix=".log", dir=log_dir)
-        os.close(fd)
-        self.proc: Any = None
-        self.code: int | None = None
-        self.done = threading.Event()
-        self.lock = threading.Lock()
-        self.stopped = False  # a stop came before the command started: it must not start
-
-    def start(self, argv: list[str], env: dict[str, str], workdir: str | None) -> dict[str, Any]:
-        import socket
-        import subprocess
-        import sys
-        import threading
-
-        full_env = {**os.environ, **env}
-        started = threading.Event()
-
-        def keep() -> None:  # this thread is the supervisor's parent: it lives as long as the task
-            with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen(
-                    [sys.executable, "-c", SUPERVISOR, str(os.getpid()), *argv], stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, env=full_env, cwd=workdir or None,
-                    start_new_session=True, close_fds=True)
-            started.set()
-            self.code = self.proc.wait()
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, 9)  # leftovers of an ended task must not keep its GPUs
-            self.done.set()
-
-        with self.lock:
-            if self.stopped:
-                self.done.set()
-                return {"stopped": True}
-            try:
-                threading.Thread(target=keep, daemon=True).start()
-                started.wait(30)
-            except OSError as exc:
-                return {"error": str(exc)}
-        if self.proc is None:
-            return {"error": "could not start the command"}
-        return {"pid": self.proc.pid, "host": socket.gethostname()}
-
-    def wait(self) -> int | None:
-        self.done.wait()
-        return self.code
-
-    def read(self, offset: int) -> bytes:
-        try:
-            with open(self.log_path, "rb") as f:
-                f.seek(offset)
-                return f.read(LOG_CHUNK)
-        except OSError:
-            return b""
-
-    def signal(self, sig: int) -> None:
-        with self.lock:
-            if self.proc is None:
-                self.stopped = True
-                self.done.set()
-                return
-        if not self.done.is_set():
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, sig)
-
-    def finish(self) -> None:
-        """The server has read everything: remove the node-side log and end this actor."""
-        import ray
-
-        with contextlib.suppress(OSError):
-            os.unlink(self.log_path)
-        ray.actor.exit_actor()
 
 
 @dataclass(slots=True)
@@ -354,7 +248,6 @@ class RayExecutor(Executor):
             begin_stop(tracked, self._clock(), grace_s, lambda kill: tracked.actor.signal.remote(9 if kill else 15))
 
     def poll(self) -> list[TaskExit]:
-        ray = self._ray
         now = self._clock()
         exits: list[TaskExit] = []
         if not self._swept:
@@ -362,50 +255,10 @@ class RayExecutor(Executor):
         self._reap(now)
         self._pump_logs()
         for run_id, tracked in list(self._tasks.items()):
-            start_ref = tracked.extra.get("start_ref")
-            if start_ref is not None:
-                ready, _ = ray.wait([start_ref], timeout=0)
-                if ready:
-                    tracked.extra.pop("start_ref")
-                    try:
-                        info = ray.get(start_ref)
-                    except Exception as exc:  # the actor died before it could start the command
-                        info = {"error": f"{type(exc).__name__}"}
-                        self._lost(tracked, now)
-                    if "error" in info:
-                        tracked.ended, tracked.exit_code = True, 127
-                        tracked.detail = f"could not start: {info['error']}"
-                elif (tracked.kill_at_s is None and now - tracked.extra["launched_s"] >= self._start_timeout_s
-                      and not self._gang_placed(run_id)):
-                    # Ray has not reserved the task's GPUs (held by work trimtab does not see): fail it
-                    tracked.extra.pop("start_ref")
-                    with contextlib.suppress(Exception):
-                        ray.kill(tracked.actor, no_restart=True)
-                    tracked.killed = tracked.ended = True
-                    tracked.exit_code = 127
-                    tracked.detail = (f"not started by Ray within {self._start_timeout_s:g} s "
-                                      "(its GPUs held by other Ray work?)")
-            if not tracked.ended:
-                ready, _ = ray.wait([tracked.wait_ref], timeout=0)
-                if ready:
-                    tracked.ended = True
-                    try:
-                        code = ray.get(tracked.wait_ref)
-                        tracked.exit_code = code if code is not None and 0 <= code < 128 else None
-                        if tracked.exit_code is None:
-                            tracked.detail = "killed"
-                    except Exception as exc:  # RayActorError: the actor (or its node) died
-                        tracked.exit_code, tracked.detail = None, f"actor lost ({type(exc).__name__})"
-                        self._lost(tracked, now)
-                elif tracked.kill_at_s is not None and now >= tracked.kill_at_s:
-                    if not tracked.killed:
-                        tracked.actor.signal.remote(9)
-                        tracked.killed = True
-                        tracked.kill_at_s = now + 5.0  # the actor does not answer: kill it, with its process
-                    else:
-                        ray.kill(tracked.actor, no_restart=True)
-                        tracked.kill_at_s = None
-                    continue
+            if tracked.extra.get("start_ref") is not None:
+                self._check_start(run_id, tracked, now)
+            if not tracked.ended and not self._check_end(tracked, now):
+                continue
             if tracked.ended and self._node_settled(tracked, now):
                 self._drain_log(tracked)
                 if tracked.actor is not None:  # the actor removes its node-side log and exits; killed if not
@@ -415,6 +268,59 @@ class RayExecutor(Executor):
                 del self._tasks[run_id]
                 exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail))
         return exits
+
+    def _check_start(self, run_id: str, tracked: _Tracked, now_s: float) -> None:
+        """Whether the actor started the command: a failed start ends the task with 127, and so does a start
+        that Ray has not reserved the GPUs for within the start timeout."""
+        ray = self._ray
+        start_ref = tracked.extra["start_ref"]
+        ready, _ = ray.wait([start_ref], timeout=0)
+        if ready:
+            tracked.extra.pop("start_ref")
+            try:
+                info = ray.get(start_ref)
+            except Exception as exc:  # the actor died before it could start the command
+                info = {"error": f"{type(exc).__name__}"}
+                self._lost(tracked, now_s)
+            if "error" in info:
+                tracked.ended, tracked.exit_code = True, 127
+                tracked.detail = f"could not start: {info['error']}"
+        elif (tracked.kill_at_s is None and now_s - tracked.extra["launched_s"] >= self._start_timeout_s
+              and not self._gang_placed(run_id)):
+            # Ray has not reserved the task's GPUs (held by work trimtab does not see): fail it
+            tracked.extra.pop("start_ref")
+            with contextlib.suppress(Exception):
+                ray.kill(tracked.actor, no_restart=True)
+            tracked.killed = tracked.ended = True
+            tracked.exit_code = 127
+            tracked.detail = (f"not started by Ray within {self._start_timeout_s:g} s "
+                              "(its GPUs held by other Ray work?)")
+
+    def _check_end(self, tracked: _Tracked, now_s: float) -> bool:
+        """Whether a running task ended (its code, or None when killed or lost with its actor). False while it is
+        being killed: a stop past its grace sends SIGKILL, then kills the actor if that goes unanswered."""
+        ray = self._ray
+        ready, _ = ray.wait([tracked.wait_ref], timeout=0)
+        if ready:
+            tracked.ended = True
+            try:
+                code = ray.get(tracked.wait_ref)
+                tracked.exit_code = code if code is not None and 0 <= code < 128 else None
+                if tracked.exit_code is None:
+                    tracked.detail = "killed"
+            except Exception as exc:  # RayActorError: the actor (or its node) died
+                tracked.exit_code, tracked.detail = None, f"actor lost ({type(exc).__name__})"
+                self._lost(tracked, now_s)
+        elif tracked.kill_at_s is not None and now_s >= tracked.kill_at_s:
+            if not tracked.killed:
+                tracked.actor.signal.remote(9)
+                tracked.killed = True
+                tracked.kill_at_s = now_s + 5.0  # the actor does not answer: kill it, with its process
+            else:
+                ray.kill(tracked.actor, no_restart=True)
+                tracked.kill_at_s = None
+            return False
+        return True
 
     def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption:
         try:

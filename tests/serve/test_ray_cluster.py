@@ -21,7 +21,6 @@ from typing import Any
 
 import httpx
 import pytest
-
 from serve_helpers import Server, free_port
 
 pytest.importorskip("ray")

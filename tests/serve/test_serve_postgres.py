@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from serve_helpers import free_port
 from test_serve_e2e import _run_mix
 

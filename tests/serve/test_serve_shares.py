@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-
 from serve_helpers import (
     Server,
     overcommitted,

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 def free_port() -> int:

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from serve_helpers import SRC, Server
+
 from trimtab.serve.store import JobRow, Store, sqlite_url
 
 
@@ -201,7 +201,7 @@ def test_cancel_stops_a_running_job_and_metrics_count_it(server: Server, admin: 
     metrics = httpx.get(f"{server.url}/metrics").text
     assert 'trimtab_queue_length{tenant=' in metrics and 'trimtab_gpus_allocated{node=' in metrics
     assert "trimtab_sched_cycle_seconds_bucket" in metrics and "trimtab_jobs_submitted" in metrics
-    grafana = (Path(__file__).resolve().parents[1] / "docs" / "grafana-dashboard.json").read_text()
+    grafana = (Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text()
     exported = set(re.findall(r"^(trimtab_\w+)", metrics, re.M))
     assert set(re.findall(r"trimtab_\w+", grafana)) - exported == set(), "the Grafana dashboard plots what exists"
     r = admin.delete(f"/v1/jobs/{job['id']}")

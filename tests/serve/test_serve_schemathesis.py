@@ -12,7 +12,6 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis", reason="schemathesis is not installed (pip install schemathesis)")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
-
 from serve_helpers import Server  # noqa: E402
 
 

@@ -10,10 +10,12 @@ import pytest
 from sqlalchemy import select
 
 from trimtab.profile import Profile
-from trimtab.serve.daemon import Daemon, Principal, ServeError
+from trimtab.serve.daemon import Daemon
+from trimtab.serve.errors import ServeError
 from trimtab.serve.executors.base import TaskLaunch
 from trimtab.serve.executors.fake import FakeExecutor
 from trimtab.serve.gpus import from_cluster_file, virtual
+from trimtab.serve.requests import Principal
 from trimtab.serve.store import JobRow, RunRow, Store, sqlite_url
 from trimtab.serve.submission import JobSpec
 
@@ -79,7 +81,7 @@ def test_a_gang_starts_whole_with_distinct_gpus_and_rank_variables(world: World)
     """A gang of 3 tasks x 2 GPUs on 2 nodes of 4 starts all its tasks in one go, each with its own GPUs."""
     world.cluster = "2x4"
     d = world.daemon()
-    jid, _ = d.submit(spec(tasks=3, gpus=2), ADMIN)
+    jid, _ = d.requests.submit(spec(tasks=3, gpus=2), ADMIN)
     world.run(d, 1)
     launched = world.fake.launched
     assert len(launched) == 3
@@ -97,9 +99,9 @@ def test_a_gang_starts_whole_with_distinct_gpus_and_rank_variables(world: World)
 
 def test_a_job_that_never_fits_now_waits_and_a_smaller_one_backfills(world: World) -> None:
     d = world.daemon()
-    big, _ = d.submit(spec(gpus=3), ADMIN)
-    blocked, _ = d.submit(spec(gpus=3), ADMIN)
-    small, _ = d.submit(spec(gpus=1), ADMIN)
+    big, _ = d.requests.submit(spec(gpus=3), ADMIN)
+    blocked, _ = d.requests.submit(spec(gpus=3), ADMIN)
+    small, _ = d.requests.submit(spec(gpus=1), ADMIN)
     world.run(d, 1)
     assert (world.job(big).state, world.job(blocked).state, world.job(small).state) == \
         ("running", "pending", "running")
@@ -109,7 +111,7 @@ def test_a_failed_attempt_is_retried_as_the_job_says_then_fails(world: World) ->
     """retries=2: three attempts, each recorded, then the job fails with the exit code."""
     d = world.daemon()
     world.fake.duration_s = lambda argv: 1.0
-    jid, _ = d.submit(spec("exit 3", retries=2), ADMIN)
+    jid, _ = d.requests.submit(spec("exit 3", retries=2), ADMIN)
     world.run(d, 10)
     row = world.job(jid)
     assert (row.state, row.attempts, row.failures, row.exit_code) == ("failed", 3, 3, 3)
@@ -118,7 +120,7 @@ def test_a_failed_attempt_is_retried_as_the_job_says_then_fails(world: World) ->
 
 def test_one_failed_task_ends_the_whole_gang_attempt(world: World) -> None:
     d = world.daemon()
-    jid, _ = d.submit(spec("sleep 100", tasks=2), ADMIN)
+    jid, _ = d.requests.submit(spec("sleep 100", tasks=2), ADMIN)
     world.run(d, 1)
     world.fake.end(f"{jid}.1.1", exit_code=1)
     world.run(d, 1)
@@ -126,33 +128,33 @@ def test_one_failed_task_ends_the_whole_gang_attempt(world: World) -> None:
     world.run(d, 6)
     row = world.job(jid)
     assert (row.state, row.exit_code) == ("failed", 1)
-    assert not any(d.held_milli[d.cluster.nodes[0].name].values()) and not d.runs
+    assert not any(d.devices.held_milli[d.cluster.nodes[0].name].values()) and not d.devices.runs
 
 
 def test_cancel_a_pending_job_at_once_and_a_running_one_after_its_tasks_exit(world: World) -> None:
     d = world.daemon()
-    running, _ = d.submit(spec(gpus=4), ADMIN)
-    pending, _ = d.submit(spec(gpus=4), ADMIN)
+    running, _ = d.requests.submit(spec(gpus=4), ADMIN)
+    pending, _ = d.requests.submit(spec(gpus=4), ADMIN)
     world.run(d, 1)
-    assert d.cancel(pending, ADMIN) == "cancelled"
-    assert d.cancel(running, ADMIN) == "running"
+    assert d.requests.cancel(pending, ADMIN) == "cancelled"
+    assert d.requests.cancel(running, ADMIN) == "running"
     assert world.job(running).state == "running"
     world.run(d, 6)
     assert world.job(running).state == "cancelled"
     assert world.job(pending).state == "cancelled"
     with pytest.raises(ServeError) as err:
-        d.cancel(running, ADMIN)
+        d.requests.cancel(running, ADMIN)
     assert err.value.status == 409
 
 
 def test_a_tenant_cannot_see_or_cancel_another_tenants_job(world: World) -> None:
     d = world.daemon()
-    jid, _ = d.submit(spec(tenant="a"), ADMIN)
+    jid, _ = d.requests.submit(spec(tenant="a"), ADMIN)
     with pytest.raises(ServeError) as err:
-        d.cancel(jid, Principal(False, "b"))
+        d.requests.cancel(jid, Principal(False, "b"))
     assert err.value.status == 404
     with pytest.raises(ServeError) as err:
-        d.submit(spec(tenant="a"), Principal(False, "b"))
+        d.requests.submit(spec(tenant="a"), Principal(False, "b"))
     assert err.value.status == 403
 
 
@@ -161,9 +163,9 @@ def test_preemption_waits_for_the_victim_to_exit_before_reusing_its_gpus(world: 
     have exited (after the grace period), never on GPUs still held."""
     world.policy = "priority"
     d = world.daemon()
-    low, _ = d.submit(spec("sleep 1000", gpus=4, priority_class="low"), ADMIN)
+    low, _ = d.requests.submit(spec("sleep 1000", gpus=4, priority_class="low"), ADMIN)
     world.run(d, 1)
-    high, _ = d.submit(spec("sleep 10", gpus=4, priority_class="high"), ADMIN)
+    high, _ = d.requests.submit(spec("sleep 10", gpus=4, priority_class="high"), ADMIN)
     world.run(d, 1)
     assert world.fake.stopped == [f"{low}.1.0"]
     assert world.job(low).state == "pending" and world.job(low).preemptions == 1
@@ -178,13 +180,13 @@ def test_preemption_waits_for_the_victim_to_exit_before_reusing_its_gpus(world: 
 
 def test_a_tenant_over_quota_waits_and_a_job_larger_than_the_quota_is_refused(world: World) -> None:
     d = world.daemon()
-    d.set_quota("a", 2)
-    first, _ = d.submit(spec(gpus=2, tenant="a"), ADMIN)
-    second, _ = d.submit(spec(gpus=1, tenant="a"), ADMIN)
+    d.requests.set_quota("a", 2)
+    first, _ = d.requests.submit(spec(gpus=2, tenant="a"), ADMIN)
+    second, _ = d.requests.submit(spec(gpus=1, tenant="a"), ADMIN)
     world.run(d, 1)
     assert (world.job(first).state, world.job(second).state) == ("running", "pending")
     with pytest.raises(ServeError) as err:
-        d.submit(spec(gpus=3, tenant="a"), ADMIN)
+        d.requests.submit(spec(gpus=3, tenant="a"), ADMIN)
     assert err.value.status == 403
     world.run(d, 11)
     assert world.job(second).state == "running"
@@ -194,8 +196,8 @@ def test_after_a_crash_running_tasks_are_adopted_not_relaunched(world: World) ->
     """A new daemon over the same store finds the tasks still running: it launches nothing new, and their
     exits complete the jobs; queued jobs are queued again."""
     d = world.daemon()
-    a, _ = d.submit(spec("sleep 10", gpus=2, tasks=2), ADMIN)
-    b, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    a, _ = d.requests.submit(spec("sleep 10", gpus=2, tasks=2), ADMIN)
+    b, _ = d.requests.submit(spec("sleep 10", gpus=4), ADMIN)
     world.run(d, 1)
     launched = len(world.fake.launched)
     d2 = world.daemon()  # the old daemon is simply dropped: a SIGKILL
@@ -209,7 +211,7 @@ def test_after_a_crash_running_tasks_are_adopted_not_relaunched(world: World) ->
 
 def test_after_a_crash_a_vanished_task_is_a_failed_attempt(world: World) -> None:
     d = world.daemon()
-    jid, _ = d.submit(spec("sleep 10", retries=1), ADMIN)
+    jid, _ = d.requests.submit(spec("sleep 10", retries=1), ADMIN)
     world.run(d, 1)
     world.fake.lose(f"{jid}.1.0")
     d2 = world.daemon()
@@ -222,7 +224,7 @@ def test_after_a_crash_a_vanished_task_is_a_failed_attempt(world: World) -> None
 
 def test_a_crash_between_the_start_and_the_launch_queues_the_job_again(world: World) -> None:
     d = world.daemon()
-    jid, _ = d.submit(spec("sleep 10"), ADMIN)
+    jid, _ = d.requests.submit(spec("sleep 10"), ADMIN)
     with world.store.session() as s:  # the start was committed, the daemon died before launching
         row = s.get(JobRow, jid)
         assert row is not None
@@ -236,8 +238,8 @@ def test_a_crash_between_the_start_and_the_launch_queues_the_job_again(world: Wo
 
 def test_an_idempotency_key_returns_the_job_already_accepted(world: World) -> None:
     d = world.daemon()
-    first = d.submit(spec(idempotency_key="k1"), ADMIN)
-    again = d.submit(spec(idempotency_key="k1"), ADMIN)
+    first = d.requests.submit(spec(idempotency_key="k1"), ADMIN)
+    again = d.requests.submit(spec(idempotency_key="k1"), ADMIN)
     assert first == (first[0], True) and again == (first[0], False)
 
 
@@ -248,7 +250,7 @@ def test_impossible_jobs_are_refused_before_anything_is_stored(world: World) -> 
              (spec(gpu_models=["h100"]), "gpu_models")]
     for bad, field in cases:
         with pytest.raises(ServeError) as err:
-            d.submit(bad, ADMIN)
+            d.requests.submit(bad, ADMIN)
         assert (err.value.status, err.value.field) == (422, field)
     with world.store.reader() as s:
         assert s.scalars(select(JobRow)).all() == []
@@ -265,7 +267,7 @@ def test_every_built_in_policy_runs_live_unchanged(world: World, policy: str) ->
     rng = random.Random(3)
     ids = []
     for _ in range(20):
-        ids.append(d.submit(spec(f"sleep {rng.choice((5, 40, 120))}", gpus=rng.choice((1, 2, 4)),
+        ids.append(d.requests.submit(spec(f"sleep {rng.choice((5, 40, 120))}", gpus=rng.choice((1, 2, 4)),
                                  tasks=rng.choice((1, 1, 2)), priority_class=rng.choice(("low", "normal", "high")),
                                  tenant=rng.choice(("a", "b"))), ADMIN)[0])
         world.run(d, 2)
@@ -278,7 +280,7 @@ def test_a_task_that_cannot_start_fails_its_attempt_with_the_reason(world: World
 
     d = Daemon(world.store, virtual(2), LocalExecutor(), "fifo", tmp_path, grace_s=1.0)
     d.recover()
-    jid, _ = d.submit(spec("true", workdir=str(tmp_path / "no-such-dir")), ADMIN)
+    jid, _ = d.requests.submit(spec("true", workdir=str(tmp_path / "no-such-dir")), ADMIN)
     for _ in range(5):
         d.step()
     row = world.job(jid)
@@ -298,9 +300,9 @@ def test_two_half_gpu_jobs_share_one_gpu_and_a_whole_gpu_job_waits_for_both(worl
     variables; a job of one whole GPU submitted after them starts only once both have ended."""
     world.cluster = "1x1:h100-80gb"
     d = world.daemon()
-    a, _ = d.submit(spec("sleep 10", gpu_milli=500), ADMIN)
-    b, _ = d.submit(spec("sleep 20", gpu_milli=500), ADMIN)
-    whole, _ = d.submit(spec("sleep 5", gpus=1), ADMIN)
+    a, _ = d.requests.submit(spec("sleep 10", gpu_milli=500), ADMIN)
+    b, _ = d.requests.submit(spec("sleep 20", gpu_milli=500), ADMIN)
+    whole, _ = d.requests.submit(spec("sleep 5", gpus=1), ADMIN)
     world.run(d, 1)
     assert [world.job(j).state for j in (a, b, whole)] == ["running", "running", "pending"]
     assert [(t.gpu_ids, t.gpu_milli, share_env(t)) for t in world.fake.launched] == [
@@ -324,14 +326,14 @@ def test_shares_fill_one_gpu_before_the_next_and_a_gang_of_shares_may_sit_on_one
     world.gpus = 2
     d = world.daemon()
     for _ in range(3):
-        d.submit(spec(gpu_milli=400), ADMIN)
-    gang, _ = d.submit(spec(gpu_milli=300, tasks=2), ADMIN)
+        d.requests.submit(spec(gpu_milli=400), ADMIN)
+    gang, _ = d.requests.submit(spec(gpu_milli=300, tasks=2), ADMIN)
     world.run(d, 1)
     assert [t.gpu_ids for t in world.fake.launched] == [("0",), ("0",), ("1",), ("1",), ("1",)]
     assert all("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT" not in t.env for t in world.fake.launched)
     assert {t.env["CUDA_MPS_ACTIVE_THREAD_PERCENTAGE"] for t in world.fake.launched[3:]} == {"30"}
     assert world.job(gang).state == "running"
-    held = d.held_milli[d.cluster.nodes[0].name]
+    held = d.devices.held_milli[d.cluster.nodes[0].name]
     assert held == {"0": 800, "1": 1000}
 
 
@@ -340,11 +342,11 @@ def test_a_cancelled_share_frees_its_part_of_the_gpu_only_once_its_task_has_exit
     only after both share tasks have exited (after the grace period), never onto a GPU still shared."""
     world.gpus = 1
     d = world.daemon()
-    shares = [d.submit(spec("sleep 1000", gpu_milli=500), ADMIN)[0] for _ in range(2)]
-    whole, _ = d.submit(spec("sleep 10", gpus=1), ADMIN)
+    shares = [d.requests.submit(spec("sleep 1000", gpu_milli=500), ADMIN)[0] for _ in range(2)]
+    whole, _ = d.requests.submit(spec("sleep 10", gpus=1), ADMIN)
     world.run(d, 1)
     for job_id in shares:
-        d.cancel(job_id, ADMIN)
+        d.requests.cancel(job_id, ADMIN)
     world.run(d, 1)
     assert sorted(world.fake.stopped) == sorted(f"{j}.1.0" for j in shares)
     assert len(world.fake.launched) == 2, "not launched while the shares still run"
@@ -359,10 +361,10 @@ def test_after_a_crash_shares_are_adopted_on_the_gpu_they_hold_and_no_gpu_goes_o
     (1000 milli, nothing more fits there), the whole-GPU job keeps waiting, then runs once they end."""
     world.cluster = "1x2"
     d = world.daemon()
-    d.submit(spec("sleep 5", gpus=1), ADMIN)  # holds GPU 0 while the shares start
+    d.requests.submit(spec("sleep 5", gpus=1), ADMIN)  # holds GPU 0 while the shares start
     world.run(d, 1)
-    shares = [d.submit(spec("sleep 20", gpu_milli=500), ADMIN)[0] for _ in range(2)]
-    whole, _ = d.submit(spec("sleep 5", gpus=1), ADMIN)
+    shares = [d.requests.submit(spec("sleep 20", gpu_milli=500), ADMIN)[0] for _ in range(2)]
+    whole, _ = d.requests.submit(spec("sleep 5", gpus=1), ADMIN)
     world.run(d, 1)
     assert [t.gpu_ids for t in world.fake.launched] == [("0",), ("1",), ("1",)]
     world.run(d, 5)  # the blocker ends: GPU 0 is free, the whole job takes it
@@ -370,9 +372,9 @@ def test_after_a_crash_shares_are_adopted_on_the_gpu_they_hold_and_no_gpu_goes_o
     booked = {j: d2.scheduler.running[str(j)].alloc.gpu_idx.tolist() for j in (*shares, whole)}  # type: ignore[union-attr]
     assert booked == {shares[0]: [1], shares[1]: [1], whole: [0]}, "booked where the tasks really run"
     assert d2.cluster.gpu_free_milli[0].tolist() == [0, 0]
-    assert d2.held_milli["node-0000"] == {"0": 1000, "1": 1000}
+    assert d2.devices.held_milli["node-0000"] == {"0": 1000, "1": 1000}
     assert (d2.cluster.gpu_free_milli >= 0).all()
-    extra, _ = d2.submit(spec("sleep 5", gpu_milli=100), ADMIN)
+    extra, _ = d2.requests.submit(spec("sleep 5", gpu_milli=100), ADMIN)
     world.run(d2, 1)
     assert world.job(extra).state == "pending", "GPU 1 is full with the two adopted shares"
     world.run(d2, 25)
@@ -382,16 +384,16 @@ def test_after_a_crash_shares_are_adopted_on_the_gpu_they_hold_and_no_gpu_goes_o
 
 def test_quota_counts_shares_in_thousandths_of_a_gpu(world: World) -> None:
     d = world.daemon()
-    d.set_quota("a", 1)
-    first, _ = d.submit(spec(gpu_milli=600, tenant="a"), ADMIN)
-    second, _ = d.submit(spec(gpu_milli=400, tenant="a"), ADMIN)
-    third, _ = d.submit(spec(gpu_milli=100, tenant="a"), ADMIN)
+    d.requests.set_quota("a", 1)
+    first, _ = d.requests.submit(spec(gpu_milli=600, tenant="a"), ADMIN)
+    second, _ = d.requests.submit(spec(gpu_milli=400, tenant="a"), ADMIN)
+    third, _ = d.requests.submit(spec(gpu_milli=100, tenant="a"), ADMIN)
     world.run(d, 1)
     assert [world.job(j).state for j in (first, second, third)] == ["running", "running", "pending"]
     with pytest.raises(ServeError) as err:
-        d.submit(spec(gpu_milli=600, tasks=2, tenant="a"), ADMIN)
+        d.requests.submit(spec(gpu_milli=600, tasks=2, tenant="a"), ADMIN)
     assert (err.value.status, err.value.field) == (403, "gpu_milli")
-    assert "1.2 GPUs" in err.value.message
+    assert "1.2 GPUs" in err.value.detail
     assert d.snapshot()["queues"][0]["gpus_held"] == 1.0
 
 
@@ -399,7 +401,7 @@ def test_a_share_on_a_server_without_gpus_is_refused(world: World) -> None:
     world.gpus = 0
     d = world.daemon()
     with pytest.raises(ServeError) as err:
-        d.submit(spec(gpu_milli=500), ADMIN)
+        d.requests.submit(spec(gpu_milli=500), ADMIN)
     assert (err.value.status, err.value.field) == (422, "gpu_milli")
 
 
@@ -411,7 +413,7 @@ def test_an_executor_that_loses_its_world_stops_the_loop_for_good(world: World) 
     from trimtab.serve.executors.base import ExecutorLost
 
     d = world.daemon()
-    jid, _ = d.submit(spec("sleep 100"), ADMIN)
+    jid, _ = d.requests.submit(spec("sleep 100"), ADMIN)
     world.run(d, 1)
     assert world.job(jid).state == "running"
     lost = threading.Event()
@@ -435,15 +437,14 @@ def test_a_node_that_joins_takes_a_waiting_job_and_the_books_carry_on(world: Wor
 
     world.cluster = "1x4"
     d = world.daemon()
-    first, _ = d.submit(spec("sleep 100", gpus=4), ADMIN)
-    second, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    first, _ = d.requests.submit(spec("sleep 100", gpus=4), ADMIN)
+    second, _ = d.requests.submit(spec("sleep 10", gpus=4), ADMIN)
     world.run(d, 1)
     assert (world.job(first).state, world.job(second).state) == ("running", "pending")
     grown = from_cluster_file("2x4")
     joined = grown.nodes[1]
-    d.executor.inventory = Inventory((joined,), {joined.name: grown.devices[joined.name]}, "test")  # type: ignore[attr-defined]
-    reports = iter([([], [joined.name])])
-    d.executor.node_changes = lambda: next(reports, ([], []))  # type: ignore[attr-defined]
+    world.fake.inventory = Inventory((joined,), {joined.name: grown.devices[joined.name]}, "test")
+    world.fake.node_reports.append(([], [joined.name]))
     world.run(d, 1)
     assert world.job(second).state == "running"
     assert [r.node for r in world.runs(second)] == [joined.name]
@@ -460,8 +461,8 @@ def test_after_a_crash_a_task_whose_node_is_gone_is_lost_and_its_job_runs_again(
     task is closed as lost with its node, the job goes back to the queue, the other job is adopted."""
     world.cluster = "2x4"
     d = world.daemon()
-    x, _ = d.submit(spec("sleep 100", gpus=4), ADMIN)
-    y, _ = d.submit(spec("sleep 10", gpus=4), ADMIN)
+    x, _ = d.requests.submit(spec("sleep 100", gpus=4), ADMIN)
+    y, _ = d.requests.submit(spec("sleep 10", gpus=4), ADMIN)
     world.run(d, 1)
     assert sorted(r.node for j in (x, y) for r in world.runs(j)) == ["node-0000", "node-0001"]
     lost = next(j for j in (x, y) if world.runs(j)[0].node == "node-0001")

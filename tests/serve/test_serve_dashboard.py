@@ -14,8 +14,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from serve_helpers import Server
+
 from trimtab.serve.dashboard import DASHBOARD_HTML
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from serve_helpers import Server, overlapping, run_intervals, submit_mix, task_intervals, wait_all_terminal
 
 

@@ -11,7 +11,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-
 from serve_helpers import Server, overlapping, run_intervals, task_command, task_intervals, wait_all_terminal
 
 

@@ -1,0 +1,150 @@
+"""Launching attempts: the tasks of an attempt on the devices the scheduler chose, their rows committed to the
+store before any process starts, each task's TaskLaunch (rank variables, CUDA and MPS environment, log path)."""
+
+from __future__ import annotations
+
+import socket
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+from sqlalchemy import select, update
+
+from trimtab.cluster import GPU_MILLI, ClusterState
+from trimtab.serve.attempts import Attempt, Run, run_id_of
+from trimtab.serve.devices import DeviceBook
+from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
+from trimtab.serve.store import JobRow, RunRow, Store
+
+_Launch = tuple[Run, TaskLaunch, RunRow]
+
+
+class Launcher:
+    """Turns attempts the scheduler started into running tasks. Called by the daemon under its lock: `launch` for
+    the attempts waiting for their GPUs, `launch_of` (also by recovery) for the TaskLaunch of one task."""
+
+    def __init__(self, store: Store, executor: Executor, devices: DeviceBook, data_dir: Path,
+                 clock: Callable[[], float]) -> None:
+        self.store = store
+        self.executor = executor
+        self.devices = devices
+        self.data_dir = data_dir
+        self.clock = clock
+
+    def launch(self, waiting: list[Attempt], cluster: ClusterState) -> list[TaskExit]:
+        """Launch the attempts of `waiting` whose GPUs are free now, in order, and take them off it. GPUs of a
+        stopped task are free only once the executor reported it gone, so no GPU is ever given to two tasks.
+        Returns the exits of tasks that could not start (the daemon treats them as the tasks' exits)."""
+        ready: list[tuple[Attempt, list[Run]]] = []
+        for att in list(waiting):
+            runs = self.assign(att, cluster)
+            if runs is not None:
+                waiting.remove(att)
+                ready.append((att, runs))
+        if not ready:
+            return []
+        gangs: dict[Attempt, list[_Launch]] = {}
+        for item in self._record(ready):
+            gangs.setdefault(item[0].attempt, []).append(item)
+        failed: list[TaskExit] = []
+        with self.store.session() as s:  # the rows were committed by `_record` before any process starts
+            for gang in gangs.values():
+                try:
+                    self.executor.prepare_gang([launch for _, launch, _ in gang])
+                except OSError as exc:
+                    failed += [TaskExit(run.run_id, 127, f"could not start: {exc}") for run, _, _ in gang]
+                    continue
+                for run, launch, run_row in gang:
+                    try:
+                        handle = self.executor.launch(launch)
+                    except OSError as exc:
+                        failed.append(TaskExit(run.run_id, 127, f"could not start: {exc}"))
+                        continue
+                    s.execute(update(RunRow).where(RunRow.id == run_row.id).values(state="running", handle=handle))
+        return failed
+
+    def _record(self, ready: list[tuple[Attempt, list[Run]]]) -> list[_Launch]:
+        """Commit a "launching" row for every task about to start; each run learns its row id."""
+        now = self.clock()
+        launches: list[_Launch] = []
+        with self.store.session() as s:
+            rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_([a.job_id for a, _ in ready])))}
+            for att, runs in ready:
+                row = rows[att.job_id]
+                for run in runs:
+                    launch = self.launch_of(row, run, str(self.log_path(att.job_id, att.number, run.rank)))
+                    run_row = RunRow(job_id=att.job_id, attempt=att.number, rank=run.rank, node=run.node,
+                                     gpu_ids=list(run.gpu_ids), state="launching", handle=None, start_s=now,
+                                     log_path=str(launch.log_path), outcome="")
+                    s.add(run_row)
+                    launches.append((run, launch, run_row))
+                att.launched = True
+            s.flush()
+            for run, _launch, run_row in launches:
+                run.row_id = run_row.id
+        return launches
+
+    def assign(self, att: Attempt, cluster: ClusterState) -> list[Run] | None:
+        """The tasks of an attempt on the GPUs the scheduler chose for them (`alloc.gpu_idx`), held from now on,
+        or None while some of those GPUs lack room for their share because tasks of a stopped attempt still hold
+        them (draining)."""
+        alloc = att.alloc
+        task = alloc.task
+        per_task = (task.gpus or 1) if task.wants_gpu else 0
+        milli = GPU_MILLI if task.gpus or task.mig else task.gpu_milli
+        if per_task and alloc.gpu_idx is None:
+            raise RuntimeError(f"job {att.job_id} was started without a GPU choice in its allocation")
+        names = [cluster.nodes[int(i)].name for i in alloc.nodes]
+        planned: list[tuple[str, tuple[str, ...]]] = []
+        pos = 0
+        for name, count in zip(names, alloc.counts.tolist(), strict=True):
+            ids = self.devices.device_ids[name]
+            for _ in range(count):
+                chosen = alloc.gpu_idx[pos:pos + per_task].tolist() if per_task else []  # type: ignore[index]
+                pos += per_task
+                planned.append((name, tuple(ids[g] for g in chosen)))
+        if not self.devices.has_room(Counter((name, gpu) for name, gpus in planned for gpu in gpus), milli):
+            return None
+        runs: list[Run] = []
+        for rank, (name, gpus) in enumerate(planned):
+            run = Run(run_id_of(att.job_id, att.number, rank), att, rank, name, gpus, milli)
+            self.devices.hold(run)
+            runs.append(run)
+        return runs
+
+    def launch_of(self, row: JobRow, run: Run, log_path: str) -> TaskLaunch:
+        """What the executor is told to run for one task: the job's command and environment, the rank
+        variables, the devices it sees and, for a share of a GPU, its MPS limits."""
+        att = run.attempt
+        ranks_on_node = sorted(r.rank for r in self.devices.runs.values() if r.attempt is att and r.node == run.node)
+        local_rank = ranks_on_node.index(run.rank) if run.rank in ranks_on_node else 0
+        checkpoint = self.data_dir / "checkpoints" / str(row.id)
+        checkpoint.mkdir(parents=True, exist_ok=True)
+        env = {
+            **row.env,
+            "CUDA_VISIBLE_DEVICES": ",".join(run.gpu_ids),
+            "TRIMTAB_JOB_ID": str(row.id),
+            "TRIMTAB_ATTEMPT": str(att.number),
+            "TRIMTAB_CHECKPOINT_DIR": str(checkpoint),
+            "RANK": str(run.rank),
+            "LOCAL_RANK": str(local_rank),
+            "WORLD_SIZE": str(row.tasks),
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(att.master_port or _set_master_port(att)),
+        }
+        share = run.milli if run.milli < GPU_MILLI and run.gpu_ids else 0
+        if share:
+            env.update(self.devices.share_env(run.node, run.gpu_ids[0], share))
+        return TaskLaunch(run.run_id, row.id, att.number, run.rank, run.node, run.gpu_ids, tuple(row.command),
+                          env, row.workdir, Path(log_path), self.data_dir / "runs" / run.run_id, share)
+
+    def log_path(self, job_id: int, attempt: int, rank: int) -> Path:
+        return self.data_dir / "logs" / str(job_id) / f"attempt-{attempt}.rank-{rank}.log"
+
+
+def _set_master_port(att: Attempt) -> int:
+    """A port for the gang's rendezvous: free now, chosen by the kernel (a gang on this machine only)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        att.master_port = int(sock.getsockname()[1])
+    return att.master_port

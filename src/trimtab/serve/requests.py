@@ -1,0 +1,205 @@
+"""What the API asks of the daemon: who a token speaks for, submitting and cancelling jobs, tokens and tenant
+quotas. Each request is checked, committed to the store, then handed to the scheduler."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+
+from trimtab.cluster import GPU_MILLI, ClusterState
+from trimtab.model import Job
+from trimtab.scheduler import Scheduler
+from trimtab.serve.attempts import job_of
+from trimtab.serve.errors import ServeError
+from trimtab.serve.executors.base import Executor
+from trimtab.serve.store import TERMINAL_STATES, JobRow, Store, TenantRow, TokenRow, digest_of, new_token
+from trimtab.serve.submission import JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who a bearer token speaks for: the admin (every tenant) or one tenant."""
+
+    admin: bool
+    tenant: str | None
+
+    def sees(self, tenant: str) -> bool:
+        return self.admin or self.tenant == tenant
+
+
+class RequestHost(Protocol):
+    """What requests need of the daemon: its lock (taken for anything that touches the scheduler), the store, the
+    executor (to validate commands), the current scheduler and cluster (they change as nodes join), a way to wake
+    its loop, and `stop_for_cancel` for a running job (returns the job's state after the request)."""
+
+    lock: threading.RLock
+    clock: Callable[[], float]
+    store: Store
+    executor: Executor
+    scheduler: Scheduler
+    cluster: ClusterState
+
+    def wake(self) -> None: ...
+
+    def stop_for_cancel(self, job_id: int) -> str: ...
+
+
+class Requests:
+    """The daemon's answers to the API. `quotas` (whole GPUs per tenant, None: no quota) is the live mapping the
+    quota admission plugin reads; `tokens` maps token digests to principals. Both are loaded by `load`."""
+
+    def __init__(self, host: RequestHost) -> None:
+        self.host = host
+        self.quotas: dict[str, int | None] = {}
+        self.tokens: dict[str, Principal] = {}
+        self._cancelled_early: set[int] = set()  # committed by `submit`, cancelled before the scheduler had it
+
+    def load(self) -> None:
+        """Tenants' quotas and tokens from the store (at start)."""
+        with self.host.store.reader() as s:
+            for tenant in s.scalars(select(TenantRow)):
+                self.quotas[tenant.name] = tenant.quota_gpus
+            for token in s.scalars(select(TokenRow)):
+                self.tokens[token.digest] = Principal(token.admin, token.tenant)
+
+    def principal(self, digest: str) -> Principal | None:
+        return self.tokens.get(digest)
+
+    def submit(self, spec: JobSpec, who: Principal) -> tuple[int, bool]:
+        """Accept a job: check it, commit it, queue it. Returns (job id, created); created is False when the
+        idempotency key names a job already accepted. Raises ServeError (nothing is stored then)."""
+        tenant = self._tenant_for(spec, who)
+        problem = self.host.executor.validate(tuple(spec.command))
+        if problem:
+            raise ServeError(422, problem, "command")
+        self._check_fits(spec)
+        quota = self.quotas.get(tenant)
+        if quota is not None and spec.total_gpu_milli > quota * GPU_MILLI:
+            raise ServeError(403, f"the job asks for {_gpus_text(spec.total_gpu_milli)} GPUs; tenant {tenant}'s "
+                             f"quota is {quota}", "gpu_milli" if spec.gpu_milli else "gpus")
+        now = self.host.clock()
+        # The commit happens outside the daemon's lock (the loop and other requests go on meanwhile); the job is
+        # handed to the scheduler only once it is durable. Its id is not yet known to anyone who could cancel it.
+        try:
+            job_id, job = self._commit(spec, tenant, now)
+        except IntegrityError:  # the same idempotency key, submitted at the same moment: that job wins
+            found = self._idempotent(tenant, spec.idempotency_key)
+            if found is None:
+                raise
+            return found, False
+        if job is None:
+            return job_id, False
+        with self.host.lock:
+            if job_id in self._cancelled_early:
+                self._cancelled_early.discard(job_id)
+            else:
+                self.host.scheduler.submit(job, now)
+        self.host.wake()
+        return job_id, True
+
+    def _commit(self, spec: JobSpec, tenant: str, now_s: float) -> tuple[int, Job | None]:
+        """Store the job: (its id, the scheduler's view of it), or (the id, None) when the idempotency key names
+        a job already accepted."""
+        with self.host.store.session() as s:
+            if spec.idempotency_key is not None:
+                found = s.scalar(select(JobRow.id).where(JobRow.tenant == tenant,
+                                                         JobRow.idempotency_key == spec.idempotency_key))
+                if found is not None:
+                    return found, None
+            row = JobRow(name=spec.name, tenant=tenant, user="", state="pending", priority=spec.priority,
+                         priority_class=spec.priority_class or "", tasks=spec.tasks, gpus_per_task=spec.gpus,
+                         gpu_milli=spec.gpu_milli,
+                         cpu_milli=spec.cpu_milli, mem_mib=spec.mem_mib, gpu_models=list(spec.gpu_models),
+                         node_selector=dict(spec.node_selector), command=list(spec.command), env=dict(spec.env),
+                         workdir=spec.workdir, max_retries=spec.retries, submit_s=now_s,
+                         idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0, failures=0,
+                         preemptions=0, reason="")
+            s.add(row)
+            s.flush()
+            return row.id, job_of(row)
+
+    def _idempotent(self, tenant: str, key: str | None) -> int | None:
+        with self.host.store.reader() as s:
+            return s.scalar(select(JobRow.id).where(JobRow.tenant == tenant, JobRow.idempotency_key == key))
+
+    def _tenant_for(self, spec: JobSpec, who: Principal) -> str:
+        if who.admin:
+            return spec.tenant or "default"
+        assert who.tenant is not None
+        if spec.tenant is not None and spec.tenant != who.tenant:
+            raise ServeError(403, f"a token of tenant {who.tenant} cannot submit for tenant {spec.tenant}",
+                             "tenant")
+        return who.tenant
+
+    def _check_fits(self, spec: JobSpec) -> None:
+        nodes = self.host.cluster.nodes
+        total = self.host.cluster.total_gpus
+        if spec.total_gpu_milli > total * GPU_MILLI:
+            per_task = _gpus_text(spec.gpu_milli) if spec.gpu_milli else str(spec.gpus)
+            raise ServeError(422, f"the job asks for {_gpus_text(spec.total_gpu_milli)} GPUs ({spec.tasks} x "
+                             f"{per_task}); this server has {total}", "gpu_milli" if spec.gpu_milli else "gpus")
+        if spec.gpus and spec.gpus > max(n.capacity.gpus for n in nodes):
+            raise ServeError(422, f"a task asks for {spec.gpus} GPUs; the largest node has "
+                             f"{max(n.capacity.gpus for n in nodes)}", "gpus")
+        if spec.gpu_milli and total == 0:
+            raise ServeError(422, "the job asks for a share of a GPU; this server has none", "gpu_milli")
+        if spec.gpu_models and not set(spec.gpu_models) & {n.gpu_model for n in nodes}:
+            raise ServeError(422, f"no node has a GPU model in {spec.gpu_models}", "gpu_models")
+
+    def cancel(self, job_id: int, who: Principal) -> str:
+        """Cancel a job: a pending one at once, a running one by stopping its tasks (it becomes cancelled when
+        they have exited). Returns the job's state after the request."""
+        with self.host.lock:
+            now = self.host.clock()
+            with self.host.store.session() as s:
+                row = s.get(JobRow, job_id)
+                if row is None or not who.sees(row.tenant):
+                    raise ServeError(404, f"no job {job_id}")
+                if row.state in TERMINAL_STATES:
+                    raise ServeError(409, f"job {job_id} is already {row.state}")
+                if row.state != "pending":
+                    row.cancel_requested = True
+                    running = True
+                else:
+                    row.state, row.end_s, row.reason = "cancelled", now, "cancelled by request"
+                    running = False
+            if running:
+                return self.host.stop_for_cancel(job_id)
+            key = str(job_id)
+            if not self.host.scheduler.cancel(key, now):
+                if key in self.host.scheduler.jobs:
+                    raise RuntimeError(f"job {job_id} was pending in the store but not in the scheduler")
+                self._cancelled_early.add(job_id)  # committed by `submit`, not yet handed to the scheduler
+            return "cancelled"
+
+    def create_token(self, tenant: str | None, name: str = "") -> str:
+        """A new token for `tenant` (None: an admin token); the tenant is created without a quota if new."""
+        token = new_token()
+        with self.host.lock, self.host.store.session() as s:
+            if tenant is not None and s.get(TenantRow, tenant) is None:
+                s.add(TenantRow(name=tenant, quota_gpus=None, created_s=self.host.clock()))
+                self.quotas.setdefault(tenant, None)
+            s.add(TokenRow(digest=digest_of(token), tenant=tenant, admin=tenant is None, name=name,
+                           created_s=self.host.clock()))
+            self.tokens[digest_of(token)] = Principal(tenant is None, tenant)
+        return token
+
+    def set_quota(self, tenant: str, quota_gpus: int | None) -> None:
+        with self.host.lock, self.host.store.session() as s:
+            row = s.get(TenantRow, tenant)
+            if row is None:
+                s.add(TenantRow(name=tenant, quota_gpus=quota_gpus, created_s=self.host.clock()))
+            else:
+                row.quota_gpus = quota_gpus
+            self.quotas[tenant] = quota_gpus
+            self.host.scheduler.changed()  # a raised quota may let a waiting job start
+        self.host.wake()
+
+
+def _gpus_text(milli: int) -> str:
+    return f"{milli // GPU_MILLI}" if milli % GPU_MILLI == 0 else f"{milli / GPU_MILLI:g}"
