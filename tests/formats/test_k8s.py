@@ -1,33 +1,10 @@
 """The Kubernetes manifest reader: quantities, defaults, gangs, and errors that name the document and field."""
 
-from fractions import Fraction
-
 import pytest
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s import load_manifests, parse_duration_s, parse_quantity
+from trimtab.formats.k8s import load_manifests
 from trimtab.model import LabelSelector
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("4Gi", 4 * 2**30), ("500m", Fraction(1, 2)), ("1.5", Fraction(3, 2)), ("2", 2), (3, 3), ("2e3", 2000),
-    ("1E", 10**18), ("1k", 1000), ("128974848", 128974848), ("129M", 129 * 10**6), ("123Mi", 123 * 2**20),
-    ("0.1", Fraction(1, 10)), ("100u", Fraction(1, 10**4)),
-])
-def test_quantities_parse_as_kubernetes_writes_them(text, value):
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["4GiB", "abc", "", "1.2.3", "5 Gi", True])
-def test_bad_quantities_are_refused(text):
-    with pytest.raises(ValueError, match="does not parse"):
-        parse_quantity(text)
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("2h", 7200), ("1h30m", 5400), ("90s", 90), ("3600", 3600),
-                                               (45, 45), ("1.5h", 5400), ("1d", 86400)])
-def test_durations(text, seconds):
-    assert parse_duration_s(text) == seconds
 
 
 def load(text: str):
