@@ -210,6 +210,7 @@ GANG_ERRORS = [
      "spec.containers[0].env[0]"),
     (POD.replace("  - name: main\n", "  - {name: side, command: [sleep, '9']}\n  - name: main\n"), "Pod train",
      "spec.containers"),
+    (POD.replace("nvidia.com/gpu: 2", "gpu: 2"), "Pod train", "spec.containers[0].resources.gpu"),
     (POD.replace("nvidia.com/gpu: 2", "nvidia.com/gpu: -2"), "Pod train",
      "spec.containers[0].resources.nvidia.com/gpu"),
     ("apiVersion: v1\nkind: Node\nmetadata: {name: n}\nstatus: {capacity: {nvidia.com/gpu: 8}}\n---\n"

@@ -194,8 +194,9 @@ def read_manifest(text: str) -> JobSpec:
     server's classes. Annotations: `trimtab.io/retries` overrides the retries; `trimtab.io/gpu-milli` asks for a
     share of one GPU (`nvidia.com/gpu` then absent, 0 or 1).
 
-    Unknown fields and kinds are errors. Errors name the document and the field; a container's resource is
-    named without its requests/limits level (`spec.containers[0].resources.cpu`), as the API always has."""
+    Unknown fields and kinds, and resources other than nvidia.com/gpu, cpu and memory, are errors. Errors name
+    the document and the field; a container's resource is named without its requests/limits level
+    (`spec.containers[0].resources.cpu`), as the API always has."""
     try:
         docs = documents_of_text(text, "manifest")
     except ManifestSyntaxError as exc:

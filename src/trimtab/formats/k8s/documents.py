@@ -51,7 +51,8 @@ class Doc:
         self.warnings.append(f"{self.source}, field {field_path}: {problem}")
 
     def ignore(self, field_path: str, problem: str) -> None:
-        """Something no reader uses (an unknown field or kind): a warning, also kept for strict callers."""
+        """Something no reader uses (an unknown field or kind, a resource not modelled): a warning, also kept for
+        strict callers."""
         self.unknown.append(self.error(field_path, problem))
         self.warn(field_path, f"{problem}, ignored")
 

@@ -37,8 +37,8 @@ class Manifests:
     """Everything a set of manifests describes. `profile_args()` gives the arguments of the tenancy plugins.
 
     `launches[job.id]` is what the live service needs to run each job; `warnings` are printable lines;
-    `unknown` holds, as FormatErrors, the unknown fields and kinds that were ignored (also among the warnings),
-    for a caller that refuses them instead."""
+    `unknown` holds, as FormatErrors, the unknown fields and kinds and the resources no reader models that were
+    ignored (also among the warnings), for a caller that refuses them instead."""
 
     nodes: list[Node] = field(default_factory=list)
     jobs: list[Job] = field(default_factory=list)

@@ -370,7 +370,7 @@ def _container_resources(doc: Doc, res: Any, path: str) -> tuple[list[Fraction],
                 parsed[name] = quantity(doc, value, fpath)
             else:
                 quantity(doc, value, fpath)
-                doc.warn(fpath, f"resource {name} is not modelled, ignored")
+                doc.ignore(fpath, f"resource {name} is not modelled")
         out[part] = parsed
     req, lim = out["requests"], out["limits"]
     for name in ("cpu", "memory", GPU):
