@@ -8,8 +8,9 @@ import pytest
 
 from builders import job, nodes
 from trimtab.profile import Profile
-from trimtab.sim.faults import FaultSpec, parse_duration_s
+from trimtab.sim.faults import FaultSpec
 from trimtab.sim.run import SimConfig, simulate
+from trimtab.units import parse_duration_s
 
 H = 3600.0
 

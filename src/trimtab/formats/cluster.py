@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 from pathlib import Path
 from types import MappingProxyType
 from typing import Annotated, Any, Literal
@@ -16,6 +16,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int
 from trimtab.model import Node, Resources, Taint
+from trimtab.units import parse_quantity
 
 RACK_LABEL = "trimtab.io/rack"
 GPU_MODEL_LABEL = "trimtab.io/gpu-model"
@@ -174,18 +175,13 @@ def _read_tiresias(path: Path, source: str) -> list[Node]:
 
 # --- YAML node groups ---------------------------------------------------------------------------------------
 
-_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
-_DECIMAL = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15}
-
-
 def _cpu_milli(value: object) -> int:
-    """CPU cores as in Kubernetes: 64, 0.5, "64", "500m" -> millicores."""
-    text = str(value).strip() if isinstance(value, int | float | str) and not isinstance(value, bool) else ""
+    """CPU cores as in Kubernetes: 64, 0.5, "64", "500m" -> millicores (a whole number of them)."""
     try:
-        milli = Decimal(text[:-1]) if text.endswith("m") else Decimal(text) * 1000
-    except InvalidOperation:
-        milli = Decimal(-1)
-    if not milli.is_finite() or milli < 0 or milli != milli.to_integral_value():
+        milli = parse_quantity(value) * 1000
+    except ValueError:
+        milli = Fraction(-1)
+    if milli < 0 or milli.denominator != 1:
         raise ValueError(f"expected CPU cores like 64, 0.5 or '500m', got {value!r}")
     return int(milli)
 
@@ -194,12 +190,13 @@ def _mem_mib(value: object) -> int:
     """Memory as a Kubernetes quantity with a unit: "512Gi", "64G", "1024Mi" -> MiB, rounded down.
 
     A bare number is refused: Kubernetes reads it as bytes, which is rarely what a cluster file means."""
-    text = str(value).strip() if isinstance(value, str) else ""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)\s*(Ki|Mi|Gi|Ti|Pi|k|M|G|T|P)", text)
-    if not match:
+    text = value.strip() if isinstance(value, str) else ""
+    try:
+        size_bytes = parse_quantity(text) if text[-1:].isalpha() else None
+    except ValueError:
+        size_bytes = None
+    if size_bytes is None:
         raise ValueError(f"expected memory with a unit like '512Gi', '64G' or '1024Mi', got {value!r}")
-    unit = match[2]
-    size_bytes = Decimal(match[1]) * (_BINARY.get(unit) or _DECIMAL[unit])
     return int(size_bytes // 2**20)
 
 

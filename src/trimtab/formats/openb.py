@@ -19,6 +19,16 @@ _RACK_LABEL = "trimtab.io/rack"
 _GPU_MODEL_LABEL = "trimtab.io/gpu-model"
 
 
+def _unique_name(name: str, seen: dict[str, int], source: str, line: int, field: str, what: str) -> str:
+    """`name` when it is not empty and not in `seen` (then recorded there with its line); else a FormatError."""
+    if not name:
+        raise FormatError(source, f"expected a {what} name, got ''", line=line, field=field)
+    if name in seen:
+        raise FormatError(source, f"duplicate {what} {name!r} (first on line {seen[name]})", line=line, field=field)
+    seen[name] = line
+    return name
+
+
 def load_openb_nodes(path: str | Path) -> list[Node]:
     """Nodes of an openb node list (`sn,cpu_milli,memory_mib,gpu,model`), named by `sn`, in file order, all in one
     rack. A node with `gpu = G` has G whole GPUs of `model`; CPU-only nodes (gpu 0, empty model) are kept.
@@ -32,13 +42,7 @@ def load_openb_nodes(path: str | Path) -> list[Node]:
         table = _CsvTable(stream, source, NODE_COLUMNS)
         c = table.col
         for line, row in table:
-            name = row[c["sn"]].strip()
-            if not name:
-                raise FormatError(source, "expected a node name, got ''", line=line, field="sn")
-            if name in seen:
-                raise FormatError(source, f"duplicate node {name!r} (first on line {seen[name]})", line=line,
-                                  field="sn")
-            seen[name] = line
+            name = _unique_name(row[c["sn"]].strip(), seen, source, line, "sn", "node")
             gpus = _parse_int(row[c["gpu"]], source, line, "gpu", 0)
             model = row[c["model"]].strip()
             if gpus and not model:
@@ -73,13 +77,7 @@ def load_openb_pods(path: str | Path) -> list[Job]:
             return row[c[name]].strip() if c[name] >= 0 else ""
 
         for line, row in table:
-            name = cell(row, "name")
-            if not name:
-                raise FormatError(source, "expected a pod name, got ''", line=line, field="name")
-            if name in seen:
-                raise FormatError(source, f"duplicate pod {name!r} (first on line {seen[name]})", line=line,
-                                field="name")
-            seen[name] = line
+            name = _unique_name(cell(row, "name"), seen, source, line, "name", "pod")
             num_gpu = _parse_int(cell(row, "num_gpu"), source, line, "num_gpu", 0)
             milli = _parse_int(cell(row, "gpu_milli") or "0", source, line, "gpu_milli", 0)
             gpus, share = 0, 0

@@ -1,5 +1,5 @@
-"""What a submission may say, and the readers that turn a request body into it: a JSON job, or a Kubernetes Pod or
-batch/v1 Job in YAML (a small reader of our own until spec.k8s lands; then `read_manifest` calls it).
+"""What a submission may say, and the readers that turn a request body into it: a JSON job, or Kubernetes manifests
+in YAML read by the one Kubernetes reader (trimtab.formats.k8s), as `simulate --manifests` reads them.
 
 Every error names the field it is about, so the API can answer a precise 4xx and store nothing."""
 
@@ -10,17 +10,25 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trimtab.cluster import GPU_MILLI
+from trimtab.formats import FormatError
+from trimtab.formats.k8s import (
+    Container,
+    Launch,
+    ManifestSyntaxError,
+    PriorityClass,
+    documents_of_text,
+    read_documents,
+)
+from trimtab.model import Job
 
 MAX_TASKS = 1024
 MAX_GPUS_PER_TASK = 64
 PRIORITY_CLASSES: Mapping[str, int] = {"low": -100, "normal": 0, "high": 100, "system": 1000}
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
-_GPU_KEYS = ("nvidia.com/gpu", "gpu")
 
 
 class SubmissionError(ValueError):
@@ -167,140 +175,131 @@ def _first_error(exc: ValidationError, prefix: str) -> SubmissionError:
 
 # ------------------------------------------------------------------------------------------------ manifests
 
-_POD_TOP = {"apiVersion", "kind", "metadata", "spec", "status"}
-_POD_SPEC = {"containers", "priorityClassName", "nodeSelector", "restartPolicy", "schedulerName",
-             "terminationGracePeriodSeconds", "tolerations", "affinity", "volumes", "initContainers",
-             "serviceAccountName", "securityContext", "hostNetwork", "imagePullSecrets"}
-_CONTAINER = {"name", "image", "command", "args", "env", "workingDir", "resources", "imagePullPolicy", "ports",
-              "volumeMounts", "securityContext"}
-_RESOURCES = {"limits", "requests"}
-_JOB_SPEC = {"template", "parallelism", "completions", "backoffLimit", "completionMode", "ttlSecondsAfterFinished",
-             "activeDeadlineSeconds", "suspend"}
+# The server's classes as the Kubernetes reader sees them: a manifest names one by priorityClassName.
+_SERVER_CLASSES = tuple(PriorityClass(name, value) for name, value in PRIORITY_CLASSES.items())
+_RETRIES = "trimtab.io/retries"
+_GPU_MILLI_ANNOTATION = "trimtab.io/gpu-milli"
 
 
 def read_manifest(text: str) -> JobSpec:
-    """A JobSpec from one YAML document: a `v1` Pod (one task) or a `batch/v1` Job (`parallelism` tasks started
-    as a gang, `backoffLimit` retries). The namespace is the tenant. The container's `command` + `args` are the
-    command (the image is not used: tasks run on this machine). GPUs come from `nvidia.com/gpu` in limits or
-    requests; cpu and memory use Kubernetes quantities. The annotation `trimtab.io/gpu-milli` asks for a share of
-    one GPU instead (`nvidia.com/gpu` then absent, 0 or 1). Fields this reader does not know are errors.
+    """A JobSpec from YAML: one workload as `simulate --manifests` reads it (trimtab.formats.k8s): a v1 Pod (one
+    task), a batch/v1 Job (`parallelism` tasks started as a gang, `backoffLimit` retries, 6 when left out), a
+    Volcano Job (the replicas of its tasks, one gang), or a PodGroup with the pods that name it (a gang); beside
+    it, PriorityClass documents. Or a trimtab job (JSON fields) written in YAML.
 
-    This is the function boundary where the Kubernetes reader of spec.k8s plugs in once it exists."""
+    Every pod of the gang runs the same single container: its `command` + `args` are the command (the image is
+    not used: tasks run on this machine), with its literal `env` and `workingDir`. GPUs, cpu and memory are the
+    pod's requests (a request left out is its limit); `nodeSelector` is kept; tolerations and affinity are read
+    and checked, then not used. The namespace, when written, is the tenant. `priorityClassName` names one of the
+    server's classes. Annotations: `trimtab.io/retries` overrides the retries; `trimtab.io/gpu-milli` asks for a
+    share of one GPU (`nvidia.com/gpu` then absent, 0 or 1).
+
+    Unknown fields and kinds, and resources other than nvidia.com/gpu, cpu and memory, are errors. Errors name
+    the document and the field; a container's resource is named without its requests/limits level
+    (`spec.containers[0].resources.cpu`), as the API always has."""
     try:
-        docs = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise SubmissionError(f"malformed YAML{where}: {problem}", status=400) from None
-    if len(docs) != 1:
-        raise SubmissionError(f"expected exactly one YAML document, got {len(docs)}")
-    doc = docs[0]
-    if not isinstance(doc, dict):
-        raise SubmissionError("expected a mapping (a Pod or a Job)")
-    if "command" in doc and "kind" not in doc:  # a trimtab job written in YAML, where `[sleep, 1]` has a number
-        command = doc["command"]
-        if isinstance(command, list):
-            doc["command"] = _strings(command, "command")
-        return spec_from_dict(doc)
-    _known(doc, _POD_TOP, "")
-    kind, api = doc.get("kind"), doc.get("apiVersion")
-    meta = _mapping(doc.get("metadata", {}), "metadata")
-    if kind == "Pod" and api == "v1":
-        pod_meta, pod_spec, tasks, retries = meta, _mapping(doc.get("spec"), "spec"), 1, 0
-        where = "spec"
-    elif kind == "Job" and api == "batch/v1":
-        spec = _mapping(doc.get("spec"), "spec")
-        _known(spec, _JOB_SPEC, "spec")
-        template = _mapping(spec.get("template"), "spec.template")
-        _known(template, {"metadata", "spec"}, "spec.template")
-        pod_meta = {**_mapping(template.get("metadata", {}), "spec.template.metadata"), **meta}
-        pod_spec = _mapping(template.get("spec"), "spec.template.spec")
-        tasks = _int(spec.get("parallelism", 1), "spec.parallelism", 1, MAX_TASKS)
-        retries = _int(spec.get("backoffLimit", 0), "spec.backoffLimit", 0, 100)
-        where = "spec.template.spec"
-    else:
-        raise SubmissionError(f"unsupported kind {kind!r} with apiVersion {api!r}; expected a v1 Pod or a "
-                              "batch/v1 Job", "kind")
-    _known(pod_spec, _POD_SPEC, where)
-    containers = pod_spec.get("containers")
-    if not isinstance(containers, list) or len(containers) != 1:
-        raise SubmissionError("exactly one container is supported", f"{where}.containers")
-    cwhere = f"{where}.containers[0]"
-    container = _mapping(containers[0], cwhere)
-    _known(container, _CONTAINER, cwhere)
-    command = [*_strings(container.get("command", []), f"{cwhere}.command"),
-               *_strings(container.get("args", []), f"{cwhere}.args")]
-    if not command:
-        raise SubmissionError("a command (or args) is required: tasks run on this machine, not in the image",
-                              f"{cwhere}.command")
-    resources = _mapping(container.get("resources", {}), f"{cwhere}.resources")
-    _known(resources, _RESOURCES, f"{cwhere}.resources")
-    limits = _mapping(resources.get("limits", {}), f"{cwhere}.resources.limits")
-    requests = _mapping(resources.get("requests", {}), f"{cwhere}.resources.requests")
-    wanted = {**requests, **limits}
-    rwhere = f"{cwhere}.resources"
-    gpus = 0
-    for key in _GPU_KEYS:
-        if key in wanted:
-            gpus = _int(wanted[key], f"{rwhere}.{key}", 0, MAX_GPUS_PER_TASK)
+        docs = documents_of_text(text, "manifest")
+    except ManifestSyntaxError as exc:
+        where = f" at line {exc.line}" if exc.line is not None else ""
+        raise SubmissionError(f"malformed YAML{where}: {exc.detail}", status=400) from None
+    except FormatError as exc:
+        raise _submission_error(exc) from None
+    if len(docs) == 1 and "command" in docs[0][1] and "kind" not in docs[0][1]:
+        return _trimtab_job(docs[0][1])  # a trimtab job written in YAML, where `[sleep, 1]` has a number
+    workload_docs = [data for _, data in docs if data.get("kind") != "PriorityClass"]
+    if len(workload_docs) != 1 and not any(data.get("kind") == "PodGroup" for data in workload_docs):
+        raise SubmissionError(f"expected exactly one YAML document (a workload, or a PodGroup with its pods; "
+                              f"PriorityClasses beside it), got {len(workload_docs)}")
+    try:
+        manifests = read_documents(docs, classes=_SERVER_CLASSES)
+    except FormatError as exc:
+        raise _submission_error(exc) from None
+    if manifests.unknown:
+        raise _submission_error(manifests.unknown[0])
+    others = len(manifests.nodes) + len(manifests.quotas) + len(manifests.queues) + len(manifests.reservations)
+    if len(manifests.jobs) != 1 or others:
+        names = ", ".join(job.id for job in manifests.jobs) or "none"
+        raise SubmissionError(f"a submission is one workload and nothing else (no Node, ResourceQuota, Queue or "
+                              f"Reservation); got {len(manifests.jobs)} workloads ({names}) and {others} others")
+    job = manifests.jobs[0]
+    return _job_spec(job, manifests.launches[job.id])
+
+
+def _trimtab_job(data: dict[str, Any]) -> JobSpec:
+    command = data["command"]
+    if isinstance(command, list):
+        if not all(isinstance(v, str | int | float) for v in command):
+            raise SubmissionError("expected a list of strings", "command")
+        data = {**data, "command": [str(v) for v in command]}
+    return spec_from_dict(data)
+
+
+def _submission_error(exc: FormatError) -> SubmissionError:
+    """The reader's error as the API answers it: the document in the message, the field as the API names it."""
+    where = exc.source if exc.line is None else f"{exc.source} line {exc.line}"
+    field = re.sub(r"\.resources\.(?:requests|limits)\.", ".resources.", exc.field or "")
+    return SubmissionError(f"{where}: {exc.problem}", field)
+
+
+def _job_spec(job: Job, launch: Launch) -> JobSpec:
+    """The JobSpec of one workload the reader read, with what its pods run."""
+    container = _gang_container(launch)
     env: dict[str, str] = {}
-    for i, item in enumerate(container.get("env", []) or []):
-        entry = _mapping(item, f"{cwhere}.env[{i}]")
-        if "name" not in entry or "valueFrom" in entry:
-            raise SubmissionError("each entry needs a name and a literal value", f"{cwhere}.env[{i}]")
-        env[str(entry["name"])] = str(entry.get("value", ""))
-    annotations = _mapping(pod_meta.get("annotations", {}) or {}, "metadata.annotations")
-    if "trimtab.io/retries" in annotations:
-        retries = _int(annotations["trimtab.io/retries"], "metadata.annotations.trimtab.io/retries", 0, 100)
-    gpu_milli = 0
-    if "trimtab.io/gpu-milli" in annotations:
-        where_milli = "metadata.annotations.trimtab.io/gpu-milli"
-        gpu_milli = _int(annotations["trimtab.io/gpu-milli"], where_milli, 1, GPU_MILLI - 1)
+    for i, (name, value) in enumerate(container.env):
+        if value is None:
+            raise SubmissionError(f"{launch.source}: a literal value is required (valueFrom is not supported)",
+                                  f"{container.path}.env[{i}]")
+        env[name] = value
+    pod = launch.pods[0]
+    gpus, gpu_milli = job.task.gpus, 0
+    if _GPU_MILLI_ANNOTATION in launch.annotations:
+        where = f"metadata.annotations.{_GPU_MILLI_ANNOTATION}"
+        gpu_milli = _int(launch.annotations[_GPU_MILLI_ANNOTATION], where, 1, GPU_MILLI - 1)
         if gpus > 1:
-            raise SubmissionError(f"a share is of one GPU; {rwhere}.nvidia.com/gpu must be 0 or 1, got {gpus}",
-                                  where_milli)
+            raise SubmissionError(f"a share is of one GPU; {container.path}.resources.nvidia.com/gpu must be 0 or 1, "
+                                  f"got {gpus}", where)
         gpus = 0
+    retries = job.max_retries or 0
+    if _RETRIES in launch.annotations:
+        retries = _int(launch.annotations[_RETRIES], f"metadata.annotations.{_RETRIES}", 0, 100)
+    if job.priority_class and job.priority_class not in PRIORITY_CLASSES:
+        raise SubmissionError(f"{launch.source}: unknown priority class {job.priority_class!r}; the server's "
+                              f"classes are {', '.join(PRIORITY_CLASSES)}", f"{pod.path}.priorityClassName")
     data: dict[str, Any] = {
-        "name": pod_meta.get("name", ""), "command": command, "gpus": gpus, "gpu_milli": gpu_milli, "tasks": tasks,
-        "cpu_milli": _cpu_milli(wanted["cpu"], f"{rwhere}.cpu") if "cpu" in wanted else 0,
-        "mem_mib": _mem_mib(wanted["memory"], f"{rwhere}.memory") if "memory" in wanted else 0,
-        "node_selector": {str(k): str(v) for k, v in _mapping(pod_spec.get("nodeSelector", {}) or {},
-                                                              f"{where}.nodeSelector").items()},
-        "env": env, "workdir": container.get("workingDir"), "retries": retries,
+        "name": job.id.partition("/")[2], "command": list(container.argv), "gpus": gpus, "gpu_milli": gpu_milli,
+        "tasks": job.tasks, "cpu_milli": job.task.cpu_milli, "mem_mib": job.task.mem_mib,
+        "node_selector": dict(job.node_selector), "env": env, "workdir": container.workdir, "retries": retries,
+        "priority_class": job.priority_class or None, "tenant": launch.namespace,
     }
-    if "namespace" in pod_meta:
-        data["tenant"] = pod_meta["namespace"]
-    if "priorityClassName" in pod_spec:
-        data["priority_class"] = pod_spec["priorityClassName"]
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
-        err = _first_error(exc, "")
-        raise SubmissionError(err.message, _MANIFEST_FIELD.get(err.field.split(".")[0], err.field)) from None
+        err = exc.errors()[0]
+        name = str(err["loc"][0]) if err["loc"] else ""
+        message = f"{err['msg'].removeprefix('Value error, ')}, got {err['input']!r}"
+        fields = {"name": "metadata.name", "tenant": "metadata.namespace", "tasks": "spec",
+                  "retries": "spec.backoffLimit", "node_selector": f"{pod.path}.nodeSelector",
+                  "command": f"{container.path}.command", "env": f"{container.path}.env",
+                  "workdir": f"{container.path}.workingDir", "gpus": f"{container.path}.resources.nvidia.com/gpu",
+                  "cpu_milli": f"{container.path}.resources.cpu", "mem_mib": f"{container.path}.resources.memory"}
+        raise SubmissionError(f"{launch.source}: {message}", fields.get(name, name)) from None
 
 
-_MANIFEST_FIELD = {"name": "metadata.name", "tenant": "metadata.namespace", "priority_class":
-                   "spec.priorityClassName", "env": "spec.containers[0].env", "command": "spec.containers[0].command"}
-
-
-def _known(mapping: Mapping[str, Any], known: set[str], where: str) -> None:
-    unknown = sorted(str(k) for k in mapping if k not in known)
-    if unknown:
-        field = f"{where}.{unknown[0]}" if where else unknown[0]
-        raise SubmissionError("unknown field", field)
-
-
-def _mapping(value: Any, where: str) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise SubmissionError("expected a mapping", where)
-    return value
-
-
-def _strings(value: Any, where: str) -> list[str]:
-    if not isinstance(value, list) or not all(isinstance(v, str | int | float) for v in value):
-        raise SubmissionError("expected a list of strings", where)
-    return [str(v) for v in value]
+def _gang_container(launch: Launch) -> Container:
+    """The one container every pod of the gang runs (the live service runs one command in every task)."""
+    first = launch.pods[0]
+    for pod in launch.pods:
+        if len(pod.containers) != 1:
+            raise SubmissionError(f"{pod.source}: exactly one container is supported", f"{pod.path}.containers")
+        container = pod.containers[0]
+        if not container.argv:
+            raise SubmissionError(f"{pod.source}: a command (or args) is required: tasks run on this machine, not "
+                                  "in the image", f"{container.path}.command")
+        ours, theirs = first.containers[0], container
+        if (ours.argv, ours.env, ours.workdir) != (theirs.argv, theirs.env, theirs.workdir):
+            raise SubmissionError(f"{pod.source}: the gang's pods run different commands (or env, workingDir); "
+                                  "the live service runs one command in every task", f"{container.path}.command")
+    return first.containers[0]
 
 
 def _int(value: Any, where: str, low: int, high: int) -> int:
@@ -313,24 +312,3 @@ def _int(value: Any, where: str, low: int, high: int) -> int:
     if not low <= number <= high:
         raise SubmissionError(f"expected an integer from {low} to {high}, got {number}", where)
     return number
-
-
-_CPU = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(m?)$")
-_MEM = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|k|K|M|G|T)?$")
-_MEM_FACTOR = {None: 1, "Ki": 1 << 10, "Mi": 1 << 20, "Gi": 1 << 30, "Ti": 1 << 40, "k": 10**3, "K": 10**3,
-               "M": 10**6, "G": 10**9, "T": 10**12}
-
-
-def _cpu_milli(value: Any, where: str) -> int:
-    match = _CPU.match(str(value))
-    if not match:
-        raise SubmissionError(f"expected a CPU quantity like 4, 1.5 or 500m, got {value!r}", where)
-    number = float(match.group(1))
-    return int(number if match.group(2) else number * 1000)
-
-
-def _mem_mib(value: Any, where: str) -> int:
-    match = _MEM.match(str(value))
-    if not match:
-        raise SubmissionError(f"expected a memory quantity like 512Mi or 8Gi, got {value!r}", where)
-    return int(float(match.group(1)) * _MEM_FACTOR[match.group(2)] // (1 << 20))

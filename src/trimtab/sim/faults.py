@@ -6,7 +6,6 @@ Owns FaultSpec (parsed from `--faults`), and Faults, which draws every failure t
 from __future__ import annotations
 
 import math
-import re
 import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,22 +16,7 @@ import numpy as np
 import yaml
 
 from trimtab.cluster import ClusterState
-
-_UNITS_S = {"": 1.0, "s": 1.0, "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0, "w": 7 * 86400.0}
-_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([a-z]*)\s*$")
-
-
-def parse_duration_s(text: object, what: str = "duration") -> float:
-    """Seconds in "90", "90s", "15m", "2h", "7d", "1w", or a number; "inf" / "never" is infinity."""
-    if isinstance(text, int | float):
-        return float(text)
-    raw = str(text).strip().lower()
-    if raw in ("inf", "never", "off"):
-        return math.inf
-    match = _DURATION.match(raw)
-    if not match or match[2] not in _UNITS_S:
-        raise ValueError(f"{what}: expected a duration such as 90s, 15m, 2h or 7d, got {text!r}")
-    return float(match[1]) * _UNITS_S[match[2]]
+from trimtab.units import parse_duration_s
 
 
 @dataclass(frozen=True, slots=True)

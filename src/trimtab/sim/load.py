@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from trimtab.model import Job
-from trimtab.sim.faults import parse_duration_s
+from trimtab.units import parse_duration_s
 
 _BURST = re.compile(r"^\s*([0-9]*\.?[0-9]+)\s*x\s*@\s*([^+]+)\+\s*(.+)$")
 

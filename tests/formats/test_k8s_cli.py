@@ -7,7 +7,7 @@ from typer.testing import CliRunner
 
 from trimtab.cli import app
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "docs" / "examples" / "two-teams.yaml"
+EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-teams.yaml"
 runner = CliRunner()
 
 

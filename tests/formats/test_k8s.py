@@ -1,33 +1,10 @@
 """The Kubernetes manifest reader: quantities, defaults, gangs, and errors that name the document and field."""
 
-from fractions import Fraction
-
 import pytest
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s import load_manifests, parse_duration_s, parse_quantity
+from trimtab.formats.k8s import ManifestSyntaxError, load_manifests
 from trimtab.model import LabelSelector
-
-
-@pytest.mark.parametrize(("text", "value"), [
-    ("4Gi", 4 * 2**30), ("500m", Fraction(1, 2)), ("1.5", Fraction(3, 2)), ("2", 2), (3, 3), ("2e3", 2000),
-    ("1E", 10**18), ("1k", 1000), ("128974848", 128974848), ("129M", 129 * 10**6), ("123Mi", 123 * 2**20),
-    ("0.1", Fraction(1, 10)), ("100u", Fraction(1, 10**4)),
-])
-def test_quantities_parse_as_kubernetes_writes_them(text, value):
-    assert parse_quantity(text) == value
-
-
-@pytest.mark.parametrize("text", ["4GiB", "abc", "", "1.2.3", "5 Gi", True])
-def test_bad_quantities_are_refused(text):
-    with pytest.raises(ValueError, match="does not parse"):
-        parse_quantity(text)
-
-
-@pytest.mark.parametrize(("text", "seconds"), [("2h", 7200), ("1h30m", 5400), ("90s", 90), ("3600", 3600),
-                                               (45, 45), ("1.5h", 5400), ("1d", 86400)])
-def test_durations(text, seconds):
-    assert parse_duration_s(text) == seconds
 
 
 def load(text: str):
@@ -358,3 +335,62 @@ spec:
     (job,) = m.jobs
     assert job.labels == {"app": "ps"} and job.tasks == 3
     assert job.pod_affinity.required_anti[0].topology_key == "kubernetes.io/hostname"
+
+
+BATCH_JOB = """
+apiVersion: batch/v1
+kind: Job
+metadata: {{name: sweep, namespace: team-a, annotations: {{trimtab.io/duration: 2h}}}}
+spec:
+  parallelism: 4
+  {backoff}
+  template:
+    spec:
+      containers:
+      - {{name: c, image: i, command: [python, sweep.py], args: [--lr, 0.1], workingDir: /w,
+         env: [{{name: A, value: "1"}}, {{name: B, valueFrom: {{fieldRef: {{fieldPath: metadata.name}}}}}}],
+         resources: {{limits: {{nvidia.com/gpu: 1}}}}}}
+"""
+
+
+@pytest.mark.parametrize(("backoff", "retries"), [("", 6), ("backoffLimit: 2", 2), ("backoffLimit: 0", 0)])
+def test_a_batch_job_is_a_gang_of_parallelism_pods_with_its_backoff_limit(backoff, retries):
+    """A batch/v1 Job's retries are its backoffLimit, Kubernetes's default of 6 when left out."""
+    m = load(BATCH_JOB.format(backoff=backoff))
+    (job,) = m.jobs
+    assert (job.id, job.tasks, job.gpus, job.duration_s, job.max_retries) == ("team-a/sweep", 4, 4, 7200.0, retries)
+    launch = m.launches[job.id]
+    (container,) = launch.pods[0].containers
+    assert (launch.namespace, len(launch.pods), launch.pods[0].path) == ("team-a", 4, "spec.template.spec")
+    assert container.argv == ("python", "sweep.py", "--lr", "0.1") and container.workdir == "/w"
+    assert container.env == (("A", "1"), ("B", None)) and container.path == "spec.template.spec.containers[0]"
+
+
+def test_documents_of_kinds_trimtab_does_not_read_are_ignored_whole():
+    """An unread kind needs no name; it is a warning, and kept in `unknown` for strict callers."""
+    m = load("apiVersion: v1\nkind: Service\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n"
+             "---" + pod())
+    assert [e.field for e in m.unknown] == ["kind", "kind"] and len(m.jobs) == 1
+    assert any("unsupported kind 'Deployment'" in w and "ignored" in w for w in m.warnings)
+
+
+@pytest.mark.parametrize(("resources", "field", "problem"), [
+    ("{limits: {nvidia.com/gpu: -1}}", "spec.containers[0].resources.limits.nvidia.com/gpu", "got -1"),
+    ("{limits: {memory: 99999999999999999999999Ei}}", "spec.containers[0].resources.limits.memory", "out of range"),
+])
+def test_a_quantity_out_of_range_names_document_and_field(resources, field, problem):
+    with pytest.raises(FormatError, match=problem) as err:
+        load(pod(resources=resources))
+    assert err.value.field == field and "Pod p" in str(err.value)
+
+
+def test_an_env_entry_without_a_name_is_refused():
+    with pytest.raises(FormatError, match="needs a name") as err:
+        load(pod().replace("image: i", "image: i\n    env: [{value: x}]"))
+    assert err.value.field == "spec.containers[0].env[0]"
+
+
+def test_text_that_is_not_yaml_says_where():
+    with pytest.raises(ManifestSyntaxError) as err:
+        load("kind: Pod\nspec: [unclosed")
+    assert err.value.line == 2 and "column" in err.value.detail and "not valid YAML" in str(err.value)

@@ -1,0 +1,391 @@
+"""The workloads of a manifest set: Pod, batch/v1 Job, Volcano Job, and PodGroup with its pods, as model Jobs.
+
+Owns the pod spec reader (requests and limits, constraints, what each container runs) and the gang rules that
+turn one or more pods into one Job, with a Launch beside it for the live service."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from trimtab.formats.k8s.affinity import NodeTerm, Toleration, read_affinity, read_tolerations
+from trimtab.formats.k8s.documents import (
+    GPU,
+    Doc,
+    annotation_seconds,
+    gpus,
+    int_field,
+    list_field,
+    quantity,
+    str_map,
+)
+from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
+from trimtab.model import Job, PodAffinity, Resources
+
+DURATION = "trimtab.io/duration"
+SUBMIT = "trimtab.io/submit-time"
+VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
+COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
+BACKOFF_LIMIT = 6  # Kubernetes's default spec.backoffLimit of a batch/v1 Job: retries before the Job fails
+MAX_PODS = 100_000  # pods of one workload; more is refused before anything is built for them
+
+_POD_SPEC_KEYS = (
+    "containers", "initContainers", "nodeSelector", "affinity", "tolerations", "priorityClassName", "priority",
+    "schedulerName", "restartPolicy", "volumes", "serviceAccountName", "serviceAccount",
+    "terminationGracePeriodSeconds", "hostNetwork", "hostIPC", "hostPID", "dnsPolicy", "imagePullSecrets",
+    "securityContext", "preemptionPolicy", "nodeName", "runtimeClassName", "shareProcessNamespace",
+    "enableServiceLinks", "automountServiceAccountToken", "hostname", "subdomain", "activeDeadlineSeconds",
+)
+_CONTAINER_KEYS = (
+    "name", "image", "command", "args", "env", "envFrom", "ports", "volumeMounts", "resources", "workingDir",
+    "imagePullPolicy", "securityContext", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "stdin",
+    "tty", "terminationMessagePath", "terminationMessagePolicy",
+)
+_VCJOB_KEYS = ("tasks", "minAvailable", "queue", "priorityClassName", "schedulerName", "policies", "plugins",
+               "maxRetry", "ttlSecondsAfterFinished", "volumes", "minSuccess", "runningEstimate", "networkTopology")
+_BATCH_JOB_KEYS = ("template", "parallelism", "completions", "backoffLimit", "completionMode",
+                   "ttlSecondsAfterFinished", "activeDeadlineSeconds", "suspend", "selector", "manualSelector",
+                   "podFailurePolicy", "backoffLimitPerIndex", "maxFailedIndexes", "podReplacementPolicy",
+                   "successPolicy", "managedBy")
+
+
+@dataclass(frozen=True, slots=True)
+class Container:
+    """What one container runs. The simulator does not use it; the live service runs it."""
+
+    path: str  # its document path, e.g. "spec.containers[0]"
+    argv: tuple[str, ...]  # command, then args
+    env: tuple[tuple[str, str | None], ...]  # (name, literal value); None: the value comes from valueFrom
+    workdir: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class PodRun:
+    """One pod of a workload as the live service runs it: its document, pod spec path, containers, annotations."""
+
+    source: str
+    path: str  # "spec", "spec.template.spec", "spec.tasks[1].template.spec"
+    containers: tuple[Container, ...]
+    annotations: Mapping[str, str]
+
+
+@dataclass(frozen=True, slots=True)
+class Launch:
+    """What the live service needs beside the model Job to run one workload: the workload's document, its
+    namespace as written (None when left out: the submitter's own), the pods in task order, and the annotations
+    (the workload document's over its first pod's)."""
+
+    source: str
+    namespace: str | None
+    pods: tuple[PodRun, ...]
+    annotations: Mapping[str, str]
+
+
+@dataclass(slots=True)
+class _PodSpec:
+    task: Resources
+    limits: Resources
+    specified: dict[str, bool]
+    node_selector: dict[str, str]
+    node_affinity: tuple[NodeTerm, ...]
+    node_preferences: tuple[tuple[int, NodeTerm], ...]
+    labels: dict[str, str]
+    pod_affinity: PodAffinity | None
+    tolerations: tuple[Toleration, ...]
+    priority_class: str
+    duration_s: float | None
+    submit_s: float | None
+    group: str | None
+    run: PodRun
+
+
+class WorkloadReader:
+    """Reads the workload documents of one manifest set into `jobs`, once its priority classes (`classes`, with
+    the global default `default_class`) and namespaces (name -> labels, for namespaceSelector) are known.
+
+    For each job it records `launches[job.id]`, `sources[job.id]` (its document) and `specified[job.id]` (which
+    of requests.cpu / requests.memory / limits.cpu / limits.memory every container states, for quota checks)."""
+
+    def __init__(self, classes: Mapping[str, PriorityClass], default_class: PriorityClass | None,
+                 namespaces: Mapping[str, Mapping[str, str]]) -> None:
+        self.classes = classes
+        self.default_class = default_class
+        self.namespaces = namespaces
+        self.jobs: list[Job] = []
+        self.launches: dict[str, Launch] = {}
+        self.sources: dict[str, str] = {}
+        self.specified: dict[str, dict[str, bool]] = {}
+
+    def read_pods_and_groups(self, pod_docs: list[Doc], group_docs: list[Doc]) -> None:
+        """A pod that names no PodGroup is a job of one task; the pods naming a PodGroup are its gang."""
+        groups = {(d.namespace, d.name): d for d in group_docs}
+        members: dict[tuple[str, str], list[_PodSpec]] = {}
+        for doc in pod_docs:
+            pod = self._pod(doc, doc.data.get("spec"), "spec", doc.data.get("metadata") or {})
+            if pod.group is None:
+                self._job(doc, [pod], pod.priority_class, "", 1)
+                continue
+            if (doc.namespace, pod.group) not in groups:
+                raise doc.error("metadata.annotations", f"the pod names PodGroup {pod.group!r} in namespace "
+                                f"{doc.namespace}, which no document defines; it would stay pending forever")
+            members.setdefault((doc.namespace, pod.group), []).append(pod)
+        for key, gdoc in groups.items():
+            self._group(gdoc, members.get(key, []))
+
+    def read_batch_job(self, doc: Doc) -> None:
+        """A batch/v1 Job: `parallelism` pods of its template, started together; `backoffLimit` (default 6)
+        retries."""
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            raise doc.error("spec", "a Job needs a spec mapping")
+        doc.check_keys(spec, "spec", _BATCH_JOB_KEYS)
+        template = spec.get("template")
+        if not isinstance(template, dict):
+            raise doc.error("spec.template", "a Job needs a pod template")
+        doc.check_keys(template, "spec.template", ("metadata", "spec"))
+        parallelism = _count(doc, spec.get("parallelism", 1), "spec.parallelism", 1)
+        retries = int_field(doc, spec.get("backoffLimit", BACKOFF_LIMIT), "spec.backoffLimit", 0)
+        pod = self._pod(doc, template.get("spec"), "spec.template.spec", template.get("metadata") or {})
+        self._job(doc, [pod] * parallelism, "", "", parallelism, _own_annotations(doc), max_retries=retries)
+
+    def read_volcano_job(self, doc: Doc) -> None:
+        """A Volcano Job: the replicas of every task, one gang of at least `minAvailable` pods."""
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            raise doc.error("spec", "a Volcano Job needs a spec mapping")
+        doc.check_keys(spec, "spec", _VCJOB_KEYS)
+        tasks = spec.get("tasks")
+        if not isinstance(tasks, list) or not tasks:
+            raise doc.error("spec.tasks", "a Volcano Job needs at least one task")
+        pods: list[_PodSpec] = []
+        for i, t in enumerate(tasks):
+            path = f"spec.tasks[{i}]"
+            if not isinstance(t, dict):
+                raise doc.error(path, "a task must be a mapping")
+            doc.check_keys(t, path, ("name", "replicas", "template", "minAvailable", "policies", "maxRetry",
+                                     "dependsOn", "topologyPolicy"))
+            replicas = _count(doc, t.get("replicas", 1), f"{path}.replicas", 0, len(pods))
+            template = t.get("template")
+            if not isinstance(template, dict):
+                raise doc.error(f"{path}.template", "a task needs a pod template")
+            pod = self._pod(doc, template.get("spec"), f"{path}.template.spec", template.get("metadata") or {})
+            pods += [pod] * replicas
+        if not pods:
+            raise doc.error("spec.tasks", "the job has no replicas")
+        min_available = int_field(doc, spec.get("minAvailable", len(pods)), "spec.minAvailable", 0)
+        if min_available > len(pods):
+            raise doc.error("spec.minAvailable", f"minAvailable {min_available} exceeds the {len(pods)} replicas; "
+                            "the job could never start")
+        self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or "default"),
+                  min_available or len(pods), _own_annotations(doc))
+
+    def _group(self, doc: Doc, pods: list[_PodSpec]) -> None:
+        spec = doc.data.get("spec") or {}
+        if not isinstance(spec, dict):
+            raise doc.error("spec", "must be a mapping")
+        doc.check_keys(spec, "spec", ("minMember", "minResources", "priorityClassName", "queue",
+                                      "scheduleTimeoutSeconds", "minTaskMember"))
+        min_member = int_field(doc, spec.get("minMember", 1), "spec.minMember", 1)
+        if not pods:
+            doc.warn("spec", "no pod names this PodGroup; nothing to schedule")
+            return
+        if len(pods) < min_member:
+            raise doc.error("spec.minMember", f"minMember is {min_member} but only {len(pods)} pods name this "
+                            "PodGroup; the gang could never start")
+        self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or ""), min_member,
+                  _own_annotations(doc))
+
+    def _pod(self, doc: Doc, spec: Any, path: str, meta: Mapping[str, Any]) -> _PodSpec:
+        if not isinstance(spec, dict):
+            raise doc.error(path, "a pod spec mapping is required")
+        doc.check_keys(spec, path, _POD_SPEC_KEYS)
+        if "nodeName" in spec:
+            doc.warn(f"{path}.nodeName", "a pod bound by name skips the scheduler; trimtab schedules it anyway")
+        containers = spec.get("containers")
+        if not isinstance(containers, list) or not containers:
+            raise doc.error(f"{path}.containers", "a pod needs at least one container")
+        runs = tuple(_container(doc, c, f"{path}.containers[{i}]") for i, c in enumerate(containers))
+        req, lim, specified = _pod_resources(doc, spec, path)
+        annotations = str_map(doc, meta.get("annotations"), "metadata.annotations")
+        labels = str_map(doc, meta.get("labels"), "metadata.labels")
+        affinity = read_affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
+        return _PodSpec(
+            task=Resources(gpus=int(req[0]), cpu_milli=math.ceil(req[1] * 1000), mem_mib=math.ceil(req[2] / 2**20)),
+            limits=Resources(gpus=int(lim[0]), cpu_milli=math.ceil(lim[1] * 1000),
+                             mem_mib=math.ceil(lim[2] / 2**20)),
+            specified=specified,
+            node_selector=str_map(doc, spec.get("nodeSelector"), f"{path}.nodeSelector"),
+            node_affinity=affinity.node_required,
+            node_preferences=affinity.node_preferred,
+            labels=labels,
+            pod_affinity=affinity.pods,
+            tolerations=read_tolerations(doc, spec.get("tolerations"), f"{path}.tolerations"),
+            priority_class=str(spec.get("priorityClassName") or ""),
+            duration_s=annotation_seconds(doc, annotations, DURATION),
+            submit_s=annotation_seconds(doc, annotations, SUBMIT),
+            group=annotations.get(VOLCANO_GROUP) or labels.get(COSCHED_GROUP) or None,
+            run=PodRun(doc.source, path, runs, annotations),
+        )
+
+    def _job(self, doc: Doc, pods: list[_PodSpec], class_name: str, queue: str, min_available: int,
+             own: Mapping[str, str] | None = None, max_retries: int | None = None) -> None:
+        """One gang of `pods` (identical tasks of the largest request, constrained like the first pod), named
+        `namespace/name` of `doc`; `own` are the workload document's annotations (duration, submit time)."""
+        first = pods[0]
+        _warn_if_pods_differ(doc, pods)
+        task = Resources(max(p.task.gpus for p in pods), max(p.task.cpu_milli for p in pods),
+                         max(p.task.mem_mib for p in pods))
+        limits = Resources(max(p.limits.gpus for p in pods), max(p.limits.cpu_milli for p in pods),
+                           max(p.limits.mem_mib for p in pods))
+        if min_available < len(pods):
+            doc.warn("spec", f"minimum {min_available} of {len(pods)} pods: trimtab starts all {len(pods)} "
+                     "together (an elastic gang is not modelled)")
+        own = own or {}
+        duration = annotation_seconds(doc, own, DURATION)
+        if duration is None:
+            duration = max((p.duration_s for p in pods if p.duration_s is not None), default=None)
+        submit = annotation_seconds(doc, own, SUBMIT)
+        if submit is None:
+            submit = max((p.submit_s for p in pods if p.submit_s is not None), default=0.0)
+        pc = self._priority_class(doc, class_name, pods)
+        job_id = f"{doc.namespace}/{doc.name}"
+        self.specified[job_id] = {k: all(p.specified[k] for p in pods) for k in first.specified}
+        self.sources[job_id] = doc.source
+        namespace = (doc.data.get("metadata") or {}).get("namespace")
+        self.launches[job_id] = Launch(doc.source, str(namespace) if namespace else None, tuple(p.run for p in pods),
+                                       {**first.run.annotations, **own})
+        self.jobs.append(Job(
+            id=job_id, submit_s=submit, tasks=len(pods), task=task, duration_s=duration, tenant=doc.namespace,
+            priority=pc.value if pc else 0, node_selector=first.node_selector, queue=queue,
+            priority_class=pc.name if pc else "",
+            preemption_policy=pc.preemption_policy if pc else "PreemptLowerPriority",
+            task_limits=limits if limits != task else None, tolerations=first.tolerations,
+            node_affinity=first.node_affinity, labels=first.labels, pod_affinity=first.pod_affinity,
+            node_preferences=first.node_preferences, max_retries=max_retries))
+
+    def _priority_class(self, doc: Doc, class_name: str, pods: list[_PodSpec]) -> PriorityClass | None:
+        """The workload's class (its own name, else the highest its pods name, else the global default)."""
+        names = [class_name] if class_name else [p.priority_class for p in pods if p.priority_class]
+        classes = [self._class(doc, n) for n in names] or ([self.default_class] if self.default_class else [])
+        return max(classes, key=lambda c: c.value) if classes else None
+
+    def _class(self, doc: Doc, name: str) -> PriorityClass:
+        if name in SYSTEM_CLASSES:
+            return PriorityClass(name, SYSTEM_CLASSES[name])
+        pc = self.classes.get(name)
+        if pc is None:
+            raise doc.error("spec.priorityClassName", f"unknown priority class: no PriorityClass with name {name} "
+                            "was found")
+        return pc
+
+
+def _own_annotations(doc: Doc) -> dict[str, str]:
+    return str_map(doc, (doc.data.get("metadata") or {}).get("annotations"), "metadata.annotations")
+
+
+def _count(doc: Doc, value: object, path: str, minimum: int, before: int = 0) -> int:
+    """A number of pods, refused when the workload would pass MAX_PODS with the `before` it already has."""
+    number = int_field(doc, value, path, minimum)
+    if before + number > MAX_PODS:
+        raise doc.error(path, f"at most {MAX_PODS} pods per workload, got {before + number}")
+    return number
+
+
+def _warn_if_pods_differ(doc: Doc, pods: list[_PodSpec]) -> None:
+    first = pods[0]
+    if any(p.task != first.task or p.node_selector != first.node_selector
+           or p.node_affinity != first.node_affinity or p.tolerations != first.tolerations for p in pods[1:]):
+        doc.warn("spec", "the gang's pods differ; trimtab models them as identical tasks of the largest "
+                 "request, constrained like the first pod")
+    elif any(p.node_preferences != first.node_preferences or p.pod_affinity != first.pod_affinity
+             for p in pods[1:]):
+        doc.warn("spec", "the gang's pods state different affinities; trimtab gives all of them the first pod's")
+    if any(p.labels != first.labels for p in pods[1:]):
+        doc.warn("spec", "the gang's pods have different labels; for inter-pod affinity trimtab gives all of "
+                 "them the first pod's")
+
+
+def _container(doc: Doc, container: Any, path: str) -> Container:
+    """What a container runs: command + args, literal env entries, workingDir."""
+    if not isinstance(container, dict):
+        raise doc.error(path, "a container must be a mapping")
+    doc.check_keys(container, path, _CONTAINER_KEYS)
+    argv = [*_strings(doc, container.get("command"), f"{path}.command"),
+            *_strings(doc, container.get("args"), f"{path}.args")]
+    env = []
+    for i, entry in enumerate(list_field(doc, container.get("env"), f"{path}.env")):
+        if not isinstance(entry, dict) or not entry.get("name"):
+            raise doc.error(f"{path}.env[{i}]", "each entry needs a name (and a value or valueFrom)")
+        env.append((str(entry["name"]), None if "valueFrom" in entry else str(entry.get("value", ""))))
+    workdir = container.get("workingDir")
+    return Container(path, tuple(argv), tuple(env), None if workdir is None else str(workdir))
+
+
+def _strings(doc: Doc, value: Any, path: str) -> list[str]:
+    if not all(isinstance(v, str | int | float) for v in list_field(doc, value, path)):
+        raise doc.error(path, "expected a list of strings")
+    return [str(v) for v in value or ()]
+
+
+def _pod_resources(doc: Doc, spec: dict[str, Any],
+                   path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
+    """Requests and limits [gpus, cpu cores, memory bytes] of a pod: the sum over its containers, at least the
+    largest init container's; and which requests and limits every container states."""
+    req = [Fraction(0)] * 3
+    lim = [Fraction(0)] * 3
+    specified = {"requests.cpu": True, "requests.memory": True, "limits.cpu": True, "limits.memory": True}
+    for i, c in enumerate(spec["containers"]):
+        r, lm, has = _container_resources(doc, c.get("resources") or {}, f"{path}.containers[{i}].resources")
+        req = [a + b for a, b in zip(req, r, strict=True)]
+        lim = [a + b for a, b in zip(lim, lm, strict=True)]
+        for k in specified:
+            specified[k] = specified[k] and has[k]
+    for i, c in enumerate(spec.get("initContainers") or []):
+        r, lm, _ = _container_resources(doc, (c or {}).get("resources") or {}, f"{path}.initContainers[{i}].resources")
+        req = [max(a, b) for a, b in zip(req, r, strict=True)]
+        lim = [max(a, b) for a, b in zip(lim, lm, strict=True)]
+    return req, lim, specified
+
+
+def _container_resources(doc: Doc, res: Any, path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
+    """Requests and limits [gpus, cpu cores, memory bytes] of one container. As the API server defaults them, a
+    request left out equals the limit; an extended resource's request must equal its limit."""
+    if not isinstance(res, dict):
+        raise doc.error(path, "must be a mapping")
+    doc.check_keys(res, path, ("requests", "limits", "claims"))
+    out: dict[str, dict[str, Fraction]] = {}
+    for part in ("requests", "limits"):
+        values = res.get(part) or {}
+        if not isinstance(values, dict):
+            raise doc.error(f"{path}.{part}", "must be a mapping of resource names to quantities")
+        parsed: dict[str, Fraction] = {}
+        for name, value in values.items():
+            fpath = f"{path}.{part}.{name}"
+            if name == GPU:
+                parsed[name] = Fraction(gpus(doc, value, fpath))
+            elif name in ("cpu", "memory"):
+                parsed[name] = quantity(doc, value, fpath)
+            else:
+                quantity(doc, value, fpath)
+                doc.ignore(fpath, f"resource {name} is not modelled")
+        out[part] = parsed
+    req, lim = out["requests"], out["limits"]
+    for name in ("cpu", "memory", GPU):
+        if name in lim and name not in req:
+            req[name] = lim[name]
+        if name in req and name in lim and req[name] > lim[name]:
+            raise doc.error(f"{path}.requests.{name}", f"request {req[name]} must be less than or equal to the "
+                            f"limit {lim[name]}")
+    if GPU in req and req[GPU] != lim.get(GPU, req[GPU]):
+        raise doc.error(f"{path}.requests.{GPU}", "an extended resource's request must equal its limit")
+    if GPU in req and GPU not in lim:
+        raise doc.error(f"{path}.limits.{GPU}", "an extended resource needs a limit (requests alone are refused)")
+    has = {"requests.cpu": "cpu" in req, "requests.memory": "memory" in req,
+           "limits.cpu": "cpu" in lim, "limits.memory": "memory" in lim}
+    requests = [req.get(GPU, Fraction(0)), req.get("cpu", Fraction(0)), req.get("memory", Fraction(0))]
+    # a limit left out is unbounded for quota purposes; count it as the request
+    limits = [lim.get(GPU, requests[0]), lim.get("cpu", requests[1]), lim.get("memory", requests[2])]
+    return requests, limits, has
