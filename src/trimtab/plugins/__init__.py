@@ -4,10 +4,10 @@ Each module lists its plugins in a `PLUGINS` mapping; `default_registry()` gathe
 
 from __future__ import annotations
 
-from trimtab.plugins import affinity, backfill, dynamics, filters, order, place, preempt, score, tenancy
+from trimtab.plugins import affinity, backfill, filters, health, locality, order, place, preempt, score, tenancy
 from trimtab.profile import Registry
 
-MODULES = (order, filters, place, preempt, backfill, dynamics, tenancy, score, affinity)
+MODULES = (order, filters, place, preempt, backfill, health, locality, tenancy, score, affinity)
 
 
 def default_registry() -> Registry:
