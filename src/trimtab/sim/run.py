@@ -43,10 +43,10 @@ class SimConfig:
     window_s: width of the windows of the time series (DESIGN.md metrics).
     timing: record the wall-clock cost of the scheduler (the only numbers that differ between identical runs).
     faults: a `--faults` spec (sim/faults.py: inline `node-mtbf=7d,...` or a YAML path); "" for none.
-    speed: the run-time models, comma-separated (`reference` when empty): `topology` (gang spread, NVLink islands,
-        racks), `gpus=PATH` (GPU-model throughputs: Gavel's JSON or a YAML table), `data` (datasets, node caches,
-        loads; keys cache-gb, node-link-gb-s, uplink-gb-s, datasets, dataset-min-gb, dataset-max-gb set its
-        DataConfig), island-gpus=N.
+    speed: the run-time models (sim/models.py), comma-separated (`reference` when empty): `topology` (gang spread,
+        NVLink islands, racks), `gpus=PATH` (GPU-model throughputs: Gavel's JSON or a YAML table), `data`
+        (datasets, node caches, loads; keys cache-gb, node-link-gb-s, uplink-gb-s, datasets, dataset-min-gb,
+        dataset-max-gb set its DataConfig), island-gpus=N.
     load: arrival-rate factor (1.5: jobs arrive 1.5 times as fast). bursts: `--burst` specs such as `3x@10h+1h`."""
 
     seed: int = 0
