@@ -18,7 +18,8 @@ import time
 from pathlib import Path
 
 from trimtab.cli import load_inputs
-from trimtab.sim.run import SimConfig, compare
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig
 
 
 def _free_port() -> int:

@@ -17,7 +17,8 @@ from trimtab.formats.cluster import load_cluster
 from trimtab.formats.traces import load_trace
 from trimtab.model import Job
 from trimtab.profile import Profile
-from trimtab.sim.run import SimConfig, compare
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig
 
 DEFAULT_TRACE = Path(__file__).resolve().parents[2] / "shared/traces/pollux-adaptdl/simulator/traces/philly.csv"
 

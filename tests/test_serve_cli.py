@@ -14,8 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import Result
-
-from serve.serve_helpers import Server
+from serve_helpers import Server
 
 CLUSTER = "1x1:h100-80gb"
 

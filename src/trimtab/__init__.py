@@ -8,7 +8,8 @@ from trimtab.plugins import default_registry
 from trimtab.policy import CycleContext, Decision, Plugin, Reservation, Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
-from trimtab.sim.run import SimConfig, compare, simulate
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig, simulate
 
 __version__ = "0.1.0"
 

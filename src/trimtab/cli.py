@@ -18,7 +18,8 @@ from rich.table import Table
 from trimtab.model import Job, Node
 from trimtab.profile import Profile
 from trimtab.report import COLUMNS, best_per_column, write_report
-from trimtab.sim.run import SimConfig, compare, simulate
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig, simulate
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="trimtab: a GPU-cluster scheduler that keeps throughput steady, and its simulator.")

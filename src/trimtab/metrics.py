@@ -4,7 +4,7 @@ job records, the per-window time series and the summary metrics, with exactly th
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +13,7 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job, JobState, Outcome
 from trimtab.policy import Cause
+from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
 
 STARVE_MIN_S = 3600.0
 STARVE_FACTOR = 10.0
@@ -58,6 +59,11 @@ class JobRecord:
     @property
     def preemptions(self) -> int:
         return sum(r.outcome == Outcome.PREEMPTED for r in self.runs)
+
+    @property
+    def times(self) -> JobTimes:
+        return JobTimes(self.job.submit_s, self.runs[0].start_s if self.runs else None, self.end_s, self.state,
+                        self.job.duration_s)
 
 
 class Recorder:
@@ -190,28 +196,18 @@ class Recorder:
         summary = self._summary(jobs, series, windows, timing)
         return {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
 
-    def _bounds(self, jobs: list[JobRecord]) -> tuple[float, float, float]:
-        submits = [r.job.submit_s for r in jobs]
-        ends = [r.end_s for r in jobs if r.end_s is not None]
-        first = min(submits) if submits else 0.0
-        last_submit = max(submits) if submits else 0.0
-        last_end = max(ends, default=last_submit)
-        return first, last_submit, max(last_end, last_submit)
-
     def _series(self, jobs: list[JobRecord]) -> tuple[dict[str, Any], np.ndarray]:
-        first, _, end = self._bounds(jobs)
-        w = self.window_s
-        n_windows = max(1, math.ceil((end - first) / w)) if end > first else 1
-        edges = first + w * np.arange(n_windows + 1)
+        first, _, end = span_of([r.times for r in jobs])
+        edges = window_edges(first, end, self.window_s)
+        n_windows = edges.size - 1
         completed_ends = np.array([r.end_s for r in jobs if r.state is JobState.COMPLETED], dtype=float)
+        # numpy's last bin is closed on the right, so a completion at the very end is counted
         completions = np.histogram(completed_ends, bins=edges)[0] if completed_ends.size else np.zeros(n_windows)
-        if completed_ends.size and completed_ends.max() == edges[-1]:
-            pass  # numpy's last bin is closed on the right, so a completion at the very end is counted
         t = np.array(self._t)
         cap = max(self.cluster.total_gpus, 1)
-        gpu_alloc = _window_means(t, np.array(self._gpu, dtype=float), edges) / cap
-        queue_len = _window_means(t, np.array(self._queue, dtype=float), edges)
-        queue_any = _window_max(t, np.array(self._queue, dtype=float), edges) > 0
+        gpu_alloc = window_means(t, np.array(self._gpu, dtype=float), edges) / cap
+        queue_len = window_means(t, np.array(self._queue, dtype=float), edges)
+        queue_any = window_max(t, np.array(self._queue, dtype=float), edges) > 0
         # goodput: GPUs x wall time of the progress that was kept, placed where it happened
         gp_t, gp_v = [], []
         for rec in jobs:
@@ -219,9 +215,9 @@ class Recorder:
                 if run.useful_s > 0:
                     gp_t += [run.progress_from_s, run.progress_from_s + run.useful_s * run.slowdown]
                     gp_v += [run.gpus, -run.gpus]
-        goodput = _window_integrals_of_steps(np.array(gp_t), np.array(gp_v, dtype=float), edges)
+        goodput = window_integrals_of_steps(np.array(gp_t), np.array(gp_v, dtype=float), edges)
         series = {
-            "window_s": w,
+            "window_s": self.window_s,
             "start_s": first,
             "completions": [int(c) for c in completions],
             "goodput_gpu_s": [_r(x) for x in goodput],
@@ -232,87 +228,151 @@ class Recorder:
 
     def _summary(self, jobs: list[JobRecord], series: dict[str, Any], windows: np.ndarray,
                  timing: bool) -> dict[str, Any]:
-        first, last_submit, end = self._bounds(jobs)
-        span = max(end - first, 0.0)
-        states = [r.state for r in jobs]
-        done = [r for r in jobs if r.state is JobState.COMPLETED]
-        jct = np.array([r.end_s - r.job.submit_s for r in done], dtype=float)
-        waits = np.array([r.runs[0].start_s - r.job.submit_s for r in jobs if r.runs], dtype=float)
-        slow = np.array([(r.end_s - r.job.submit_s) / r.job.duration_s for r in done
-                         if r.job.duration_s], dtype=float)
-        whole = (windows[:, 1] <= last_submit) if len(windows) else np.zeros(0, dtype=bool)
-        completions = np.array(series["completions"], dtype=float)
-        goodput = np.array(series["goodput_gpu_s"], dtype=float)
-        gpu_alloc = np.array(series["gpu_alloc"], dtype=float)
-        cap_gpus = self.cluster.total_gpus
-        t = np.array(self._t)
-        # per-node time-averaged allocation, closed at the end of the run
-        node_gpu_s = self._node_gpu_s + self._node_alloc * (end - self._node_since)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            node_util = np.where(self.cluster.cap_gpus > 0, node_gpu_s / (self.cluster.cap_gpus * span), 0.0) \
-                if span > 0 else np.zeros(len(self.cluster))
-        runs = [run for r in jobs for run in r.runs]
-        attempts = len(runs)
-        failed_attempts = sum(run.outcome in (Outcome.FAILED, Outcome.NODE_FAILED) for run in runs)
-        gang_gpu_s = cross_node = cross_rack = 0.0
-        wasted_gpu_s = 0.0
-        for rec in jobs:
-            for run in rec.runs:
-                gpu_s = run.gpus * (run.end_s - run.start_s)
-                wasted_gpu_s += max(gpu_s - run.gpus * run.useful_s * run.slowdown, 0.0)
-                if rec.job.tasks > 1:
-                    gang_gpu_s += gpu_s
-                    if len(run.nodes) > 1:
-                        cross_node += gpu_s
-                    if run.racks > 1:
-                        cross_rack += gpu_s
-        starved = sum(
-            1 for r in jobs if r.runs and (r.runs[0].start_s - r.job.submit_s)
-            > max(STARVE_MIN_S, STARVE_FACTOR * (r.job.duration_s or 0.0))
-        )
-        started = sum(1 for r in jobs if r.runs)
-        cyc = np.array(self._cycle_ms)
-        summary: dict[str, Any] = {
-            "jobs_submitted": len(jobs),
-            "jobs_completed": states.count(JobState.COMPLETED),
-            "jobs_failed": states.count(JobState.FAILED),
-            "jobs_cancelled": states.count(JobState.CANCELLED),
-            "jobs_lost": sum(not s.terminal for s in states),
-            "avg_jct_s": _r(jct.mean()) if jct.size else None,
-            "jct_std_s": _r(jct.std()) if jct.size else None,
-            "p50_jct_s": _pct(jct, 50),
-            "p95_jct_s": _pct(jct, 95),
-            "p99_jct_s": _pct(jct, 99),
-            "avg_wait_s": _r(waits.mean()) if waits.size else None,
-            "p99_wait_s": _pct(waits, 99),
-            "avg_slowdown": _r(slow.mean()) if slow.size else None,
-            "throughput_cv": _cv(completions[whole]),
-            "goodput_cv": _cv(goodput[whole]),
-            "gpu_util": _r(_time_mean(t, np.array(self._gpu, dtype=float), first, end) / max(cap_gpus, 1)),
-            "cpu_util": _r(_time_mean(t, np.array(self._cpu, dtype=float), first, end)
-                           / max(int(self.cluster.cap_cpu_milli.sum()), 1)),
-            "mem_util": _r(_time_mean(t, np.array(self._mem, dtype=float), first, end)
-                           / max(int(self.cluster.cap_mem_mib.sum()), 1)),
-            "backlogged_util": _r(gpu_alloc[windows[:, 2] > 0].mean()) if (windows[:, 2] > 0).any() else None,
-            "node_util_variance": _r(float(np.var(node_util))),
-            "cross_node_ratio": _r(cross_node / gang_gpu_s) if gang_gpu_s else 0.0,
-            "cross_rack_ratio": _r(cross_rack / gang_gpu_s) if gang_gpu_s else 0.0,
-            "net_util": _r(self.net_util_fn(first, end)) if self.net_util_fn else 0.0,
-            "starvation_rate": _r(starved / started) if started else 0.0,
-            "failure_rate": _r(failed_attempts / attempts) if attempts else 0.0,
-            "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
-            "wasted_gpu_hours": _r(wasted_gpu_s / 3600.0),
-            "sched_cycle_p50_ms": _pct(cyc, 50, 4) if timing else None,
-            "sched_cycle_p99_ms": _pct(cyc, 99, 4) if timing else None,
-            "decisions_per_s": (_r(self._decisions / (cyc.sum() / 1000.0)) if cyc.sum() > 0 else None)
-            if timing else None,
-            "fairness_jain": _jain(jobs),
-        }
+        times = [r.times for r in jobs]
+        first, _, end = span_of(times)
+        edges = window_edges(first, end, self.window_s)
+        summary = job_summary(times, edges, np.array(series["goodput_gpu_s"], dtype=float))
+        summary.update(self._utilisation(first, end, windows, np.array(series["gpu_alloc"], dtype=float)))
+        summary.update(_placement(jobs))
+        summary["net_util"] = _r(self.net_util_fn(first, end)) if self.net_util_fn else 0.0
+        summary.update(_reliability(jobs))
+        summary.update(self._timing(timing))
+        summary["fairness_jain"] = _jain(jobs)
         assert tuple(summary) == SUMMARY_KEYS
         tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
         if len(tenants) > 1:
             summary["tenants"] = tenants
         return summary
+
+    def _utilisation(self, first: float, end: float, windows: np.ndarray, gpu_alloc: np.ndarray) -> dict[str, Any]:
+        """gpu_util, cpu_util, mem_util (time-averaged over the run), backlogged_util, node_util_variance."""
+        span = max(end - first, 0.0)
+        cluster = self.cluster
+        t = np.array(self._t)
+        # per-node time-averaged allocation, closed at the end of the run
+        node_gpu_s = self._node_gpu_s + self._node_alloc * (end - self._node_since)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            node_util = np.where(cluster.cap_gpus > 0, node_gpu_s / (cluster.cap_gpus * span), 0.0) \
+                if span > 0 else np.zeros(len(cluster))
+        backlogged = windows[:, 2] > 0
+        return {
+            "gpu_util": _r(time_mean(t, np.array(self._gpu, dtype=float), first, end) / max(cluster.total_gpus, 1)),
+            "cpu_util": _r(time_mean(t, np.array(self._cpu, dtype=float), first, end)
+                           / max(int(cluster.cap_cpu_milli.sum()), 1)),
+            "mem_util": _r(time_mean(t, np.array(self._mem, dtype=float), first, end)
+                           / max(int(cluster.cap_mem_mib.sum()), 1)),
+            "backlogged_util": _r(gpu_alloc[backlogged].mean()) if backlogged.any() else None,
+            "node_util_variance": _r(float(np.var(node_util))),
+        }
+
+    def _timing(self, timing: bool) -> dict[str, Any]:
+        """The wall-clock cost of the scheduler (null without `timing`)."""
+        cyc = np.array(self._cycle_ms)
+        return {
+            "sched_cycle_p50_ms": _pct(cyc, 50, 4) if timing else None,
+            "sched_cycle_p99_ms": _pct(cyc, 99, 4) if timing else None,
+            "decisions_per_s": (_r(self._decisions / (cyc.sum() / 1000.0)) if cyc.sum() > 0 else None)
+            if timing else None,
+        }
+
+
+# ---------------------------------------------------------------------------------------------------- summary
+
+
+@dataclass(frozen=True, slots=True)
+class JobTimes:
+    """What the job-level summary needs of one job, from a simulated run's records or a live store's rows alike:
+    when it was submitted, first started (None: never) and ended (None: not yet), its state (a JobState value) and
+    its reference duration (None: unknown)."""
+
+    submit_s: float
+    first_start_s: float | None
+    end_s: float | None
+    state: str
+    duration_s: float | None = None
+
+
+def span_of(jobs: Sequence[JobTimes]) -> tuple[float, float, float]:
+    """The interval of measurement: (first submission, last submission, last completion or submission)."""
+    submits = [j.submit_s for j in jobs]
+    ends = [j.end_s for j in jobs if j.end_s is not None]
+    first = min(submits) if submits else 0.0
+    last_submit = max(submits) if submits else 0.0
+    last_end = max(ends, default=last_submit)
+    return first, last_submit, max(last_end, last_submit)
+
+
+def job_summary(jobs: Sequence[JobTimes], edges: np.ndarray, goodput_gpu_s: np.ndarray) -> dict[str, Any]:
+    """The job-level summary metrics of DESIGN.md, in SUMMARY_KEYS order: jobs by state (lost: not in a terminal
+    state), JCT of completed jobs, wait until the first start, slowdown (JCT / reference duration), and the CVs
+    of completions and of `goodput_gpu_s` (GPU-seconds of useful progress per window of `edges`) over the windows
+    that lie wholly between the first and the last submission."""
+    _, last_submit, _ = span_of(jobs)
+    states = [j.state for j in jobs]
+    done = [j for j in jobs if j.state == JobState.COMPLETED]
+    ends = np.array([j.end_s for j in done], dtype=float)
+    jct = ends - np.array([j.submit_s for j in done], dtype=float)
+    waits = np.array([j.first_start_s - j.submit_s for j in jobs if j.first_start_s is not None], dtype=float)
+    slow = np.array([jct[k] / j.duration_s for k, j in enumerate(done) if j.duration_s], dtype=float)
+    whole = edges[1:] <= last_submit
+    completions = np.histogram(ends, bins=edges)[0].astype(float) if ends.size else np.zeros(edges.size - 1)
+    return {
+        "jobs_submitted": len(jobs),
+        "jobs_completed": states.count(JobState.COMPLETED),
+        "jobs_failed": states.count(JobState.FAILED),
+        "jobs_cancelled": states.count(JobState.CANCELLED),
+        "jobs_lost": sum(s not in _TERMINAL for s in states),
+        "avg_jct_s": _r(jct.mean()) if jct.size else None,
+        "jct_std_s": _r(jct.std()) if jct.size else None,
+        "p50_jct_s": _pct(jct, 50),
+        "p95_jct_s": _pct(jct, 95),
+        "p99_jct_s": _pct(jct, 99),
+        "avg_wait_s": _r(waits.mean()) if waits.size else None,
+        "p99_wait_s": _pct(waits, 99),
+        "avg_slowdown": _r(slow.mean()) if slow.size else None,
+        "throughput_cv": _cv(completions[whole]),
+        "goodput_cv": _cv(goodput_gpu_s[whole]),
+    }
+
+
+_TERMINAL = frozenset(s for s in JobState if s.terminal)
+
+
+def _placement(jobs: list[JobRecord]) -> dict[str, Any]:
+    """Shares of gangs' GPU-time spread over several nodes and over several racks."""
+    gang_gpu_s = cross_node = cross_rack = 0.0
+    for rec in jobs:
+        if rec.job.tasks > 1:
+            for run in rec.runs:
+                gpu_s = run.gpus * (run.end_s - run.start_s)
+                gang_gpu_s += gpu_s
+                if len(run.nodes) > 1:
+                    cross_node += gpu_s
+                if run.racks > 1:
+                    cross_rack += gpu_s
+    return {"cross_node_ratio": _r(cross_node / gang_gpu_s) if gang_gpu_s else 0.0,
+            "cross_rack_ratio": _r(cross_rack / gang_gpu_s) if gang_gpu_s else 0.0}
+
+
+def _reliability(jobs: list[JobRecord]) -> dict[str, Any]:
+    """starvation_rate, failure_rate, preemptions and wasted_gpu_hours (GPU-time of progress that was lost)."""
+    runs = [run for r in jobs for run in r.runs]
+    failed_attempts = sum(run.outcome in (Outcome.FAILED, Outcome.NODE_FAILED) for run in runs)
+    wasted_gpu_s = 0.0
+    for run in runs:
+        gpu_s = run.gpus * (run.end_s - run.start_s)
+        wasted_gpu_s += max(gpu_s - run.gpus * run.useful_s * run.slowdown, 0.0)
+    starved = sum(
+        1 for r in jobs if r.runs and (r.runs[0].start_s - r.job.submit_s)
+        > max(STARVE_MIN_S, STARVE_FACTOR * (r.job.duration_s or 0.0))
+    )
+    started = sum(1 for r in jobs if r.runs)
+    return {
+        "starvation_rate": _r(starved / started) if started else 0.0,
+        "failure_rate": _r(failed_attempts / len(runs)) if runs else 0.0,
+        "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
+        "wasted_gpu_hours": _r(wasted_gpu_s / 3600.0),
+    }
 
 
 # ---------------------------------------------------------------------------------------------------- helpers
@@ -330,58 +390,6 @@ def _cv(a: np.ndarray) -> float | None:
     if a.size < 2 or a.mean() == 0:
         return None
     return _r(float(a.std() / a.mean()))
-
-
-def _cumulative(t: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Integral of the step function (value v[i] from t[i] to t[i+1]) at each change point."""
-    out = np.zeros(t.size)
-    if t.size > 1:
-        out[1:] = np.cumsum(v[:-1] * np.diff(t))
-    return out
-
-
-def _integral_at(t: np.ndarray, v: np.ndarray, points: np.ndarray) -> np.ndarray:
-    """Integral from t[0] of the step function, at arbitrary `points` (the last value holds after t[-1])."""
-    if t.size == 0:
-        return np.zeros(points.size)
-    cum = _cumulative(t, v)
-    idx = np.clip(np.searchsorted(t, points, side="right") - 1, 0, t.size - 1)
-    before = points < t[0]
-    out = cum[idx] + v[idx] * (points - t[idx])
-    out[before] = 0.0
-    return out
-
-
-def _window_means(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    return np.diff(_integral_at(t, v, edges)) / np.diff(edges)
-
-
-def _window_integrals_of_steps(t: np.ndarray, dv: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Per-window integral of a step function given as increments `dv` at times `t` (any order)."""
-    if t.size == 0:
-        return np.zeros(edges.size - 1)
-    order = np.argsort(t, kind="stable")
-    ts, level = t[order], np.cumsum(dv[order])
-    return np.diff(_integral_at(ts, level, edges))
-
-
-def _window_max(t: np.ndarray, v: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Largest value the step function takes inside each window."""
-    if t.size == 0:
-        return np.zeros(edges.size - 1)
-    out = np.zeros(edges.size - 1)
-    start_idx = np.clip(np.searchsorted(t, edges[:-1], side="right") - 1, 0, None)
-    end_idx = np.searchsorted(t, edges[1:], side="left")
-    for k, (a, b) in enumerate(zip(start_idx, end_idx, strict=True)):
-        out[k] = v[a:max(b, a + 1)].max()
-    return out
-
-
-def _time_mean(t: np.ndarray, v: np.ndarray, first: float, end: float) -> float:
-    if end <= first or t.size == 0:
-        return 0.0
-    ends = _integral_at(t, v, np.array([first, end]))
-    return float((ends[1] - ends[0]) / (end - first))
 
 
 def _jain(jobs: list[JobRecord]) -> float | None:

@@ -7,6 +7,7 @@ import math
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from types import MappingProxyType
 from typing import Any, ClassVar, Protocol
 
 import numpy as np
@@ -84,13 +85,61 @@ class Reservation:
 @dataclass(slots=True)
 class Decision:
     """What a cycle decided: the world starts `starts`, stops `preemptions` (before the starts), keeps the
-    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event)."""
+    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `prefetches`:
+    (job, nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in
+    `close`; a world without a data model ignores them)."""
 
     starts: list[tuple[Job, Allocation]] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     waiting: dict[str, Status] = field(default_factory=dict)
     wake_s: float | None = None
+    prefetches: list[tuple[Job, np.ndarray]] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Observations:
+    """What the world observed about its nodes, for plugins that adapt to it (`ctx.observations`). The world is
+    the only writer (`node_failed`, `job_ran`, and the two sources it sets once); plugins only read. A world that
+    observes nothing leaves it empty, and the plugins that read it neutral.
+
+    failures: an exponentially decayed count of each node's failures (time constant `failure_tau_s`), so a
+    failure a `failure_tau_s` ago counts 1/e; `failures_seen` counts them all (a cache key). speeds: per job type,
+    the last observed speed (reference seconds per wall second) on each node, NaN where never seen. cached:
+    dataset -> bool mask over nodes of the caches holding it (None: no data model). gpu_speeds: relative speed of
+    a job on each GPU model of the cluster, in `ClusterState.gpu_models` order (None: no throughput table)."""
+
+    failure_tau_s: float = 7 * 86400.0
+    cached: Callable[[str], np.ndarray] | None = None
+    gpu_speeds: Callable[[Job], np.ndarray] | None = None
+    speeds: dict[str, np.ndarray] = field(default_factory=dict)
+    failures_seen: int = 0
+    _decayed: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    _since_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+    def _size(self, nodes: int) -> None:
+        if self._decayed.size != nodes:
+            self._decayed = np.zeros(nodes)
+            self._since_s = np.zeros(nodes)
+
+    def node_failed(self, node: int, now_s: float, nodes: int) -> None:
+        """Node `node` (of `nodes`) failed at `now_s` (the node itself or one of its GPUs)."""
+        self._size(nodes)
+        self._decayed[node] = self._decayed[node] * math.exp(-(now_s - self._since_s[node]) / self.failure_tau_s) + 1
+        self._since_s[node] = now_s
+        self.failures_seen += 1
+
+    def recent_failures(self, now_s: float, nodes: int) -> np.ndarray:
+        """Decayed failure count of every node at `now_s`."""
+        self._size(nodes)
+        return self._decayed * np.exp(-(now_s - self._since_s) / self.failure_tau_s)
+
+    def job_ran(self, job_type: str, on_nodes: np.ndarray, speed: float, nodes: int) -> None:
+        """A job of `job_type` ran at `speed` on `on_nodes` (of `nodes`)."""
+        row = self.speeds.get(job_type)
+        if row is None:
+            row = self.speeds[job_type] = np.full(nodes, np.nan)
+        row[on_nodes] = speed
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,6 +166,7 @@ class CycleContext:
     history: Sequence[tuple[Job, float]] = ()  # completed jobs and their run time, in completion order
     # running jobs a preemption is trying to stop: placement filters and scores must treat them as gone
     releasing: frozenset[str] = frozenset()
+    observations: Observations = field(default_factory=Observations)  # what the world observed (Scheduler.observe)
 
     def attained_gpu_s(self, job_id: str) -> float:
         """GPU-seconds of service a job has received so far, including the current run."""
@@ -152,7 +202,17 @@ class CycleHooks(Protocol):
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         """Once at the end of the cycle, with its Decision: may return a time to be woken up at; the earliest
-        answer of all plugins becomes `Decision.wake_s` (None: no wish)."""
+        answer of all plugins becomes `Decision.wake_s` (None: no wish). It may append to `decision.prefetches`
+        (datasets the world should load onto nodes ahead of the jobs that will read them)."""
+
+
+class Drainer(Protocol):
+    """drain: nodes that should take no new work (running jobs stay)."""
+
+    def drain(self, ctx: CycleContext) -> np.ndarray | None:
+        """Before each cycle the Scheduler asks every plugin of the profile that overrides `drain`: a boolean mask
+        over nodes (True: drain) or None (no opinion). A node is drained while any plugin drains it; drained nodes
+        are left out of placement until no plugin drains them."""
 
 
 class Admission(Protocol):
@@ -247,6 +307,9 @@ class Plugin:
     shape_by_tenant: ClassVar[bool] = False  # its answers differ by tenant or queue (queue shapes keep them apart)
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
     needs_usage: ClassVar[bool] = False  # reads ctx.usage (the cycle then keeps it, within a cycle too)
+    # Reservation plugins: GPU-seconds of reserved capacity their holders left unused so far, by reservation name
+    # (a simulated run reports them under `reservations.unused_gpu_s`). Other plugins hold none.
+    unused_gpu_s: Mapping[str, float] = MappingProxyType({})
 
     def open(self, ctx: CycleContext) -> None:
         return None
@@ -290,6 +353,9 @@ class Plugin:
         return None
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        return None
+
+    def drain(self, ctx: CycleContext) -> np.ndarray | None:
         return None
 
 

@@ -13,7 +13,7 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
-from trimtab.policy import CycleContext, Decision, RunningJob
+from trimtab.policy import CycleContext, Decision, Observations, Plugin, RunningJob
 from trimtab.profile import Profile, Registry
 from trimtab.queue import Entry, Shape, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
 
@@ -53,7 +53,8 @@ class Scheduler:
         self._failed_gpu_holds: dict[int, list[Allocation]] = {}
         self._down = np.zeros(len(cluster), dtype=bool)  # nodes down (failed, cut off, left)
         self.drained = np.zeros(len(cluster), dtype=bool)  # nodes drained by a plugin (see `_update_drains`)
-        self._drainers = [p for p in self.framework.plugins if hasattr(p, "drain_mask")]
+        self._drainers = [p for p in self.framework.plugins if type(p).drain is not Plugin.drain]
+        self.observations = Observations()  # what the world observed (see `observe`)
         self._seq = itertools.count()
         self._dirty = True
         self._wake_s: float | None = None
@@ -159,17 +160,25 @@ class Scheduler:
         self.changed()
 
     def _update_drains(self, now_s: float) -> None:
-        """Ask the plugins that drain nodes (a `drain_mask(ctx) -> bool[n]` method, True: drain) which nodes take no
+        """Ask the plugins that drain nodes (`Plugin.drain(ctx) -> bool[n]`, True: drain) which nodes take no
         new work now. A drained node keeps its running jobs; it is out of reach of new ones (and of the free-GPU
         counts that preemption relies on) until no plugin drains it."""
         ctx = self.context(now_s)
         wanted = np.zeros(len(self.cluster), dtype=bool)
         for plugin in self._drainers:
-            wanted |= plugin.drain_mask(ctx)
+            mask = plugin.drain(ctx)
+            if mask is not None:
+                wanted |= mask
         for node in np.flatnonzero(wanted != self.drained):
             self.drained[node] = wanted[node]
             self.cluster.set_health(int(node), not (wanted[node] or self._down[node]))
             self.changed()
+
+    def observe(self, observations: Observations) -> None:
+        """The world shares the record of what it observes (failures, speeds, cached data); plugins read it as
+        `ctx.observations` from the next cycle on. The world keeps writing that record as things happen; observing
+        alone makes no cycle run (the events that go with an observation, such as `node_down`, do)."""
+        self.observations = observations
 
     def gpu_down(self, name: str) -> None:
         """One GPU of a node fails: the node keeps running with one GPU less. The GPU must be free (the world
@@ -320,7 +329,7 @@ class Scheduler:
         """The context of plugin calls between cycles (order keys at arrival, drains): without the cycle's parts
         (order key and node mask of the profile, usage, running keys)."""
         return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
-                            self.prior_executed_s, self.rng, history=self.history)
+                            self.prior_executed_s, self.rng, history=self.history, observations=self.observations)
 
     def _cycle_context(self, now_s: float) -> CycleContext:
         """The complete context of a cycle, over the Framework's books (which the cycle keeps up to date)."""
@@ -335,7 +344,7 @@ class Scheduler:
         ctx = CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
                            self.prior_executed_s, self.rng, running_keys=fw.running_keys.keys,
                            running_ranked=fw.running_keys.ranked, order_key=order_key, usage=fw.usage,
-                           node_mask=node_mask, history=self.history)
+                           node_mask=node_mask, history=self.history, observations=self.observations)
         return ctx
 
     def _rekey_waiting(self, now_s: float) -> None:

@@ -10,7 +10,8 @@ import pytest
 from builders import trace_path
 from trimtab.formats.cluster import load_cluster
 from trimtab.formats.traces import load_trace
-from trimtab.sim.run import SimConfig, compare
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
 from tenancy_philly import vc_profiles  # the benchmark's policies: the same runs, on fewer jobs

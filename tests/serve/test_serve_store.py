@@ -95,8 +95,10 @@ def test_without_a_driver_discovery_falls_back_and_says_so(monkeypatch: pytest.M
 
 
 def test_live_summary_metrics_follow_their_definitions(tmp_path: Path) -> None:
-    """Two one-hour windows: 1 then 3 completions (throughput_cv = std/mean = 1/2); goodput counts the GPU-seconds
-    of completed attempts only; backlogged_util averages samples taken while a job waited."""
+    """Two one-hour windows between the first and the last submission (a job still pending, submitted at 2 h):
+    1 then 3 completions (throughput_cv = std/mean = 1/2); goodput counts the GPU-seconds of completed attempts
+    only; backlogged_util averages samples taken while a job waited. Windows after the last submission do not
+    count (DESIGN.md)."""
     from trimtab.serve.store import JobRow, RunRow, SampleRow
     from trimtab.serve.views import summary
 
@@ -113,16 +115,21 @@ def test_live_summary_metrics_follow_their_definitions(tmp_path: Path) -> None:
                          start_s=end - 100, end_s=end, outcome="completed"))
         s.add(RunRow(job_id=job.id, attempt=0, rank=0, node="n", gpu_ids=["0"], state="exited", start_s=0.0,
                      end_s=3000.0, outcome="preempted"))
+        s.add(JobRow(tenant="t", state="pending", tasks=1, gpus_per_task=1, command=["x"], gpu_models=[],
+                     node_selector={}, env={}, submit_s=7200.0))
         for t, alloc, pending in ((0.0, 8, 1), (10.0, 4, 0), (20.0, 6, 2)):
             s.add(SampleRow(t_s=t, gpus_allocated=alloc, gpus_total=8, pending=pending, running=1, completed_total=0))
     with store.reader() as s:
         got = summary(s, now_s=7300.0)
-    assert got["jobs_completed"] == 4 and got["jobs_lost"] == 0
+    assert got["jobs_completed"] == 4 and got["jobs_lost"] == 0 and got["jobs_pending"] == 1
     assert got["throughput_cv"] == pytest.approx(0.5)
     assert got["goodput_cv"] == pytest.approx(0.5), "1 x 200 GPU-s then 3 x 200 GPU-s; the preempted run is lost"
     assert got["backlogged_util"] == pytest.approx(14 / 16)
     assert got["gpu_util"] == pytest.approx(18 / 24)
     assert got["avg_wait_s"] is not None and got["p99_jct_s"] is not None
+    with store.reader() as s:
+        later = summary(s, now_s=5 * 3600.0)
+    assert later["throughput_cv"] == pytest.approx(0.5), "empty windows after the last submission do not count"
 
 
 def test_a_store_of_the_first_schema_is_upgraded_and_its_jobs_ask_for_whole_gpus(tmp_path: Path) -> None:

@@ -4,10 +4,22 @@ Each module lists its plugins in a `PLUGINS` mapping; `default_registry()` gathe
 
 from __future__ import annotations
 
-from trimtab.plugins import affinity, backfill, dynamics, filters, fragmentation, order, place, preempt, score, tenancy
+from trimtab.plugins import (
+    affinity,
+    backfill,
+    filters,
+    fragmentation,
+    health,
+    locality,
+    order,
+    place,
+    preempt,
+    score,
+    tenancy,
+)
 from trimtab.profile import Registry
 
-MODULES = (order, filters, place, preempt, backfill, dynamics, tenancy, score, fragmentation, affinity)
+MODULES = (order, filters, place, preempt, backfill, health, locality, tenancy, score, fragmentation, affinity)
 
 
 def default_registry() -> Registry:

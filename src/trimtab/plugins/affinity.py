@@ -13,7 +13,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job, Node, PodAffinityTerm
-from trimtab.plugins.dynamics import ScorePack
+from trimtab.plugins.locality import ScorePack
 from trimtab.plugins.place import Pack
 from trimtab.policy import CycleContext, Decision, Plugin, RunningJob
 
@@ -57,9 +57,9 @@ class _Domains:
 
 
 def _placers() -> Mapping[str, Any]:
-    from trimtab.plugins import dynamics, fragmentation, place, score
+    from trimtab.plugins import fragmentation, locality, place, score
 
-    return {**place.PLUGINS, **score.PLUGINS, **fragmentation.PLUGINS, **dynamics.PLUGINS}
+    return {**place.PLUGINS, **score.PLUGINS, **fragmentation.PLUGINS, **locality.PLUGINS}
 
 
 class InterPodAffinity(Plugin):

@@ -9,6 +9,8 @@ import numpy as np
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
+from trimtab.metrics import JobTimes, job_summary, span_of
+from trimtab.series import window_edges
 from trimtab.serve.store import JobRow, RunRow, SampleRow
 
 
@@ -62,67 +64,44 @@ def stats(s: Session, since_s: float, bucket_s: float) -> dict[str, Any]:
 
 
 def summary(s: Session, now_s: float, window_s: float = 3600.0) -> dict[str, float | int | None]:
-    """The DESIGN.md summary metrics that a live store can answer, over every job it holds. The windowed ones
-    (`throughput_cv`, `goodput_cv`) use the whole windows of `window_s` from the first submission to `now_s`;
+    """The DESIGN.md summary metrics that a live store can answer, over every job it holds (`metrics.job_summary`,
+    as a simulated run counts them, plus the jobs pending and running now). The windowed ones (`throughput_cv`,
+    `goodput_cv`) use the windows of `window_s` that lie wholly between the first and the last submission;
     goodput counts the GPU-seconds of attempts that completed, a share as its fraction of a GPU (progress of
     failed or preempted attempts is lost); `backlogged_util` averages the allocation samples taken while some job
-    was pending."""
-    counts = {state: n for state, n in s.execute(select(JobRow.state, func.count()).group_by(JobRow.state))}
-    done = np.array(s.execute(select(JobRow.submit_s, JobRow.first_start_s, JobRow.end_s)
-                              .where(JobRow.state == "completed")).all(), dtype=float).reshape(-1, 3)
-    started = np.array(s.scalars(select(JobRow.first_start_s - JobRow.submit_s)
-                                 .where(JobRow.first_start_s.is_not(None))).all(), dtype=float)
+    was pending. The interval of measurement runs from the first submission to `now_s` (or the last end, if
+    later)."""
+    times = [JobTimes(submit, first_start, end, state) for submit, first_start, end, state in
+             s.execute(select(JobRow.submit_s, JobRow.first_start_s, JobRow.end_s, JobRow.state)).all()]
+    first, _, end = span_of(times)
+    edges = window_edges(first, max(end, now_s), window_s)
+    out: dict[str, float | int | None] = job_summary(times, edges, _goodput_gpu_s(s, edges))
+    del out["avg_slowdown"]  # the store knows no reference durations
+    pending, running = (sum(t.state == state for t in times) for state in ("pending", "running"))
+    out.update(jobs_pending=pending, jobs_running=running, jobs_lost=int(out["jobs_lost"] or 0) - pending - running)
     outcomes = {outcome: n for outcome, n in s.execute(select(RunRow.outcome, func.count())
                                                          .where(RunRow.rank == 0).group_by(RunRow.outcome))}
+    attempts = sum(outcomes.values())
     samples = np.array(s.execute(select(SampleRow.gpus_allocated, SampleRow.gpus_total, SampleRow.pending)).all(),
                        dtype=float).reshape(-1, 3)
-    first_submit = s.scalar(select(func.min(JobRow.submit_s)))
-    windows = int((now_s - first_submit) // window_s) if first_submit is not None else 0
-    throughput_cv = goodput_cv = None
-    if windows >= 2:
-        edges = first_submit + window_s * np.arange(windows + 1)
-        throughput_cv = _cv(np.histogram(done[:, 2], bins=edges)[0].astype(float))
-        good = s.execute(select(RunRow.start_s, RunRow.end_s, RunRow.gpu_ids, JobRow.gpu_milli)
-                         .join(JobRow, JobRow.id == RunRow.job_id).where(RunRow.outcome == "completed")).all()
-        gpu_s = np.zeros(windows)
-        for start, end, gpu_ids, share_milli in good:
-            overlap = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0, None)
-            gpu_s += overlap * (share_milli / 1000 if share_milli else len(gpu_ids))
-        goodput_cv = _cv(gpu_s)
     backlogged = samples[samples[:, 2] > 0] if samples.size else samples
-    jct = done[:, 2] - done[:, 0]
-    attempts = sum(outcomes.values())
-    total = sum(counts.values())
-    terminal = sum(counts.get(k, 0) for k in ("completed", "failed", "cancelled"))
-    return {
-        "jobs_submitted": total,
-        "jobs_completed": counts.get("completed", 0),
-        "jobs_failed": counts.get("failed", 0),
-        "jobs_cancelled": counts.get("cancelled", 0),
-        "jobs_pending": counts.get("pending", 0),
-        "jobs_running": counts.get("running", 0),
-        "jobs_lost": total - terminal - counts.get("pending", 0) - counts.get("running", 0),
-        "avg_jct_s": _mean(jct), "jct_std_s": float(jct.std()) if jct.size else None,
-        "p50_jct_s": _pct(jct, 50), "p95_jct_s": _pct(jct, 95), "p99_jct_s": _pct(jct, 99),
-        "avg_wait_s": _mean(started), "p99_wait_s": _pct(started, 99),
+    out.update({
         "failure_rate": outcomes.get("failed", 0) / attempts if attempts else None,
         "preemptions": outcomes.get("preempted", 0),
         "gpu_util": float(samples[:, 0].sum() / samples[:, 1].sum()) if samples.size and samples[:, 1].sum()
         else None,
         "backlogged_util": float(backlogged[:, 0].sum() / backlogged[:, 1].sum())
         if backlogged.size and backlogged[:, 1].sum() else None,
-        "throughput_cv": throughput_cv, "goodput_cv": goodput_cv,
-    }
+    })
+    return out
 
 
-def _cv(a: np.ndarray) -> float | None:
-    mean = float(a.mean()) if a.size else 0.0
-    return float(a.std() / mean) if mean > 0 else None
-
-
-def _mean(a: np.ndarray) -> float | None:
-    return float(a.mean()) if a.size else None
-
-
-def _pct(a: np.ndarray, q: float) -> float | None:
-    return float(np.percentile(a, q)) if a.size else None
+def _goodput_gpu_s(s: Session, edges: np.ndarray) -> np.ndarray:
+    """GPU-seconds of completed attempts in each window of `edges`."""
+    good = s.execute(select(RunRow.start_s, RunRow.end_s, RunRow.gpu_ids, JobRow.gpu_milli)
+                     .join(JobRow, JobRow.id == RunRow.job_id).where(RunRow.outcome == "completed")).all()
+    gpu_s = np.zeros(edges.size - 1)
+    for start, end, gpu_ids, share_milli in good:
+        overlap = np.clip(np.minimum(end, edges[1:]) - np.maximum(start, edges[:-1]), 0, None)
+        gpu_s += overlap * (share_milli / 1000 if share_milli else len(gpu_ids))
+    return gpu_s

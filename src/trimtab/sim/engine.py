@@ -46,6 +46,10 @@ class Engine:
     def cancel(self, token: int) -> None:
         self._cancelled.add(token)
 
+    def peek_s(self) -> float:
+        """Time of the earliest event in the heap (it may be a cancelled one); inf when the heap is empty."""
+        return self._heap[0][0] if self._heap else math.inf
+
     def __len__(self) -> int:
         return len(self._heap) - len(self._cancelled)
 

@@ -1,21 +1,24 @@
 """Seeded faults of a simulated run: node failures and repairs, single-GPU failures, rack cut-offs, scheduled node
 leaves and joins, and job-level failures, with the retry policy (maximum, backoff) that answers them.
 
-Owns FaultSpec (parsed from `--faults`), and Faults, which draws every failure time from seeded generators."""
+Owns FaultSpec (parsed from `--faults`), Faults, which draws every failure time from seeded generators, and
+FaultDriver, which puts those failures on the event heap and applies them to the world (FaultTarget)."""
 
 from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import yaml
 
 from trimtab.cluster import ClusterState
+from trimtab.model import Outcome
+from trimtab.sim.engine import Engine, Kind
 from trimtab.units import parse_duration_s
 
 
@@ -228,3 +231,161 @@ def _exp(rng: np.random.Generator, mean_s: float) -> float:
         return math.inf
     return float(rng.exponential(mean_s)) if mean_s > 0 else 0.0
 
+
+
+class FaultTarget(Protocol):
+    """What the fault driver may do to the simulated world (SimWorld implements it)."""
+
+    engine: Engine
+    cluster: ClusterState
+
+    @property
+    def over(self) -> bool:
+        """Every job reached a terminal state: the driver draws no further failures."""
+        ...
+
+    def want_cycle(self, time_s: float) -> None:
+        """Run a scheduling cycle at `time_s`."""
+        ...
+
+    def node_out(self, node: int, outcome: Outcome) -> None:
+        """`node` goes out of service; its running attempts end with `outcome` and their jobs wait again."""
+        ...
+
+    def node_back(self, node: int) -> None:
+        """`node` is back in service."""
+        ...
+
+    def gpus_in_service(self, node: int) -> int:
+        """GPUs of `node` not failed."""
+        ...
+
+    def gpu_holders(self, node: int) -> list[tuple[str, int]]:
+        """The running jobs on `node` and the GPUs each holds there, in start order."""
+        ...
+
+    def gpu_out(self, node: int, victim: str | None) -> None:
+        """One GPU of `node` fails: `victim` (the job that held it, if any) is interrupted and the GPU leaves
+        service."""
+        ...
+
+    def failure_seen(self, node: int) -> None:
+        """`node` or one of its GPUs failed (what plugins that avoid unreliable nodes learn from)."""
+        ...
+
+    def gpu_back(self, node: int) -> None:
+        """A failed GPU of `node` is repaired."""
+        ...
+
+
+class FaultDriver:
+    """Puts a run's failures and repairs on the event heap and applies them through a FaultTarget. It counts the
+    reasons each node is out (a failure, its rack cut off, a leave): a node is back when none is left. Random
+    failures draw the next one when they are repaired, and stop once the run is over."""
+
+    def __init__(self, faults: Faults, world: FaultTarget) -> None:
+        self.faults = faults
+        self.world = world
+        self.down = np.zeros(len(world.cluster), dtype=np.int64)
+
+    def plan(self) -> None:
+        """Schedule the first random failure of every node, GPU set and rack, and every planned event."""
+        faults, cluster, at = self.faults, self.world.cluster, self.world.engine.at
+        for i in range(len(cluster)):
+            at(faults.next_node_failure_s(i), Kind.FAILURE, self.node_failed, i)
+            at(faults.next_gpu_failure_s(i), Kind.FAILURE, self.gpu_failed, i, True, math.inf)
+        for r in range(len(cluster.racks)):
+            at(faults.next_rack_failure_s(r), Kind.FAILURE, self.rack_failed, r, True, math.inf)
+        for event in faults.spec.schedule:
+            self._plan_event(event)
+
+    def _plan_event(self, event: ScheduledFault) -> None:
+        cluster, at = self.world.cluster, self.world.engine.at
+        if event.kind == "rack":
+            if event.target not in cluster.racks:
+                raise ValueError(f"faults schedule: unknown rack {event.target!r}")
+            at(event.at_s, Kind.FAILURE, self.rack_failed, cluster.racks.index(event.target), False, event.for_s)
+            return
+        node = cluster.index.get(event.target)
+        if node is None:
+            raise ValueError(f"faults schedule: unknown node {event.target!r}")
+        if event.kind == "node":
+            at(event.at_s, Kind.FAILURE, self.take_down, node, Outcome.NODE_FAILED, event.for_s)
+        elif event.kind == "leave":
+            at(event.at_s, Kind.FAILURE, self.take_down, node, Outcome.PREEMPTED, event.for_s)
+        elif event.kind == "gpu":
+            at(event.at_s, Kind.FAILURE, self.gpu_failed, node, False, event.for_s)
+        else:  # join: out from the start until then
+            self._down(node, Outcome.PREEMPTED)
+            at(event.at_s, Kind.REPAIR, self.bring_up, node)
+            if math.isfinite(event.for_s):
+                at(event.at_s + event.for_s, Kind.FAILURE, self.take_down, node, Outcome.PREEMPTED, math.inf)
+
+    def _down(self, node: int, outcome: Outcome) -> None:
+        self.down[node] += 1
+        if self.down[node] == 1:
+            self.world.node_out(node, outcome)
+        if outcome is Outcome.NODE_FAILED:
+            self.world.failure_seen(node)
+
+    def _after(self, delay_s: float, kind: Kind, callback: Callable[..., Any], *args: Any) -> None:
+        self.world.engine.at(self.world.engine.now_s + delay_s, kind, callback, *args)
+
+    def bring_up(self, node: int) -> None:
+        self.down[node] -= 1
+        if self.down[node] == 0:
+            self.world.node_back(node)
+
+    def take_down(self, node: int, outcome: Outcome, for_s: float) -> None:
+        """A scheduled failure or leave of `node` for `for_s` seconds."""
+        if self.world.over:
+            return
+        self._down(node, outcome)
+        if math.isfinite(for_s):
+            self._after(for_s, Kind.REPAIR, self.bring_up, node)
+        self.world.want_cycle(self.world.engine.now_s)
+
+    def node_failed(self, node: int) -> None:
+        """A random node failure: down for a repair time, then its next failure is drawn."""
+        if self.world.over:
+            return
+        self._down(node, Outcome.NODE_FAILED)
+        self._after(self.faults.node_repair_s(node), Kind.REPAIR, self.node_repaired, node)
+        self.world.want_cycle(self.world.engine.now_s)
+
+    def node_repaired(self, node: int) -> None:
+        self.bring_up(node)
+        if not self.world.over:
+            self._after(self.faults.next_node_failure_s(node), Kind.FAILURE, self.node_failed, node)
+
+    def gpu_failed(self, node: int, random: bool, for_s: float) -> None:
+        """One GPU of `node` fails; the job on it, if any, is interrupted; the node runs on with one GPU less."""
+        if self.world.over:
+            return
+        if random:
+            self._after(self.faults.next_gpu_failure_s(node), Kind.FAILURE, self.gpu_failed, node, True, math.inf)
+        in_service = self.world.gpus_in_service(node)
+        if self.down[node] or in_service <= 0:
+            return
+        self.world.gpu_out(node, self.faults.gpu_victim(node, in_service, self.world.gpu_holders(node)))
+        self.world.failure_seen(node)
+        repair = self.faults.gpu_repair_s(node) if random else for_s
+        if math.isfinite(repair):
+            self._after(repair, Kind.REPAIR, self.world.gpu_back, node)
+
+    def rack_failed(self, rack: int, random: bool, for_s: float) -> None:
+        """A whole rack is cut off (its switch fails) for a repair time or `for_s`."""
+        if self.world.over:
+            return
+        for node in np.flatnonzero(self.world.cluster.rack_idx == rack):
+            self._down(int(node), Outcome.NODE_FAILED)
+        repair = self.faults.rack_repair_s(rack) if random else for_s
+        if math.isfinite(repair):
+            self._after(repair, Kind.REPAIR, self.rack_repaired, rack, random)
+        self.world.want_cycle(self.world.engine.now_s)
+
+    def rack_repaired(self, rack: int, random: bool) -> None:
+        for node in np.flatnonzero(self.world.cluster.rack_idx == rack):
+            self.bring_up(int(node))
+        if random and not self.world.over:
+            self._after(self.faults.next_rack_failure_s(rack), Kind.FAILURE, self.rack_failed, rack, True, math.inf)

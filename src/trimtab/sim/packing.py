@@ -7,12 +7,10 @@ from __future__ import annotations
 
 import csv
 import math
-import multiprocessing as mp
 import os
 import random
 import time
 from collections.abc import Sequence
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +23,7 @@ from trimtab.plugins import default_registry
 from trimtab.plugins.fragmentation import TargetWorkload
 from trimtab.policy import CycleContext
 from trimtab.profile import Profile
+from trimtab.sim.parallel import parallel_map
 
 # Policies as the experiment runs them: one scorer, the GPU-model filter, the highest score wins (ties at random);
 # fgd and steady-pack also choose the GPU of a share.
@@ -123,11 +122,8 @@ def run_packing(nodes: Sequence[Node], pods: Sequence[Job], policy: str | Profil
             "wall_s": round(time.perf_counter() - t0, 3)}
 
 
-_SHARED: list[Any] = []
-
-
-def _run_shared(task: tuple[str, int]) -> dict[str, Any]:
-    nodes, pods, inflate, target = _SHARED
+def _run_task(nodes: Sequence[Node], pods: Sequence[Job], inflate: float, target: TargetWorkload,
+              task: tuple[str, int]) -> dict[str, Any]:
     return run_packing(nodes, pods, task[0], inflate=inflate, seed=task[1], target=target)
 
 
@@ -140,16 +136,7 @@ def packing_experiment(nodes: Sequence[Node], pods: Sequence[Job], policies: Seq
     tasks = [(p, s) for p in policies for s in seeds]
     for p in policies:
         packing_profile(p)  # fail early on an unknown name
-    workers = min(workers or os.cpu_count() or 1, len(tasks))
-    _SHARED[:] = [nodes, pods, inflate, target]
-    try:
-        if workers <= 1 or "fork" not in mp.get_all_start_methods():
-            runs = [_run_shared(t) for t in tasks]
-        else:
-            with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-                runs = list(pool.map(_run_shared, tasks))
-    finally:
-        _SHARED.clear()
+    runs = parallel_map(_run_task, tasks, (nodes, pods, inflate, target), workers)
     out: dict[str, Any] = {"inflate": inflate, "seeds": list(seeds),
                            "capacity_gpus": sum(n.capacity.gpus for n in nodes), "policies": {}}
     for p in policies:

@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import copy
 import math
-import multiprocessing as mp
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -16,6 +14,7 @@ import numpy as np
 
 from trimtab.model import Job, Node
 from trimtab.profile import Profile
+from trimtab.sim.parallel import parallel_map
 from trimtab.sim.run import SimConfig, simulate
 
 HIGHER_IS_BETTER = frozenset({"jobs_completed", "gpu_util", "cpu_util", "mem_util", "backlogged_util",
@@ -93,27 +92,15 @@ def split(jobs: Sequence[Job], tune_share: float) -> tuple[list[Job], list[Job]]
     return rebase(ordered[:cut]), rebase(ordered[cut:])
 
 
-_SHARED: dict[str, Any] = {}
-
-
-def _run_candidate(profile: Profile) -> dict[str, Any]:
-    return simulate(_SHARED["nodes"], _SHARED["jobs"], profile, _SHARED["config"])["summary"]
+def candidate_summary(nodes: Sequence[Node], jobs: Sequence[Job], config: SimConfig,
+                      profile: Profile) -> dict[str, Any]:
+    """The summary of one candidate's run (as `parallel_map` calls it: the cluster, workload and config shared)."""
+    return simulate(nodes, jobs, profile, config)["summary"]
 
 
 def _map(profiles: list[Profile], nodes: Sequence[Node], jobs: Sequence[Job], config: SimConfig,
          workers: int, ray_address: str | None = None) -> list[dict[str, Any]]:
-    if ray_address is not None:
-        from trimtab.sim.run import _simulate_on_ray
-
-        return [run["summary"] for run in _simulate_on_ray(ray_address, nodes, jobs, profiles, config)]
-    _SHARED.update(nodes=nodes, jobs=jobs, config=config)
-    try:
-        if workers <= 1 or "fork" not in mp.get_all_start_methods():
-            return [_run_candidate(p) for p in profiles]
-        with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("fork")) as pool:
-            return list(pool.map(_run_candidate, profiles))
-    finally:
-        _SHARED.clear()
+    return parallel_map(candidate_summary, profiles, (nodes, jobs, config), workers, ray_address)
 
 
 def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Sequence[str], budget: int,

@@ -5,8 +5,9 @@ Owns the calibration tables (GPU-count mix, duration quantiles, tenant mix, hour
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 
@@ -134,8 +135,8 @@ def synthetic(
     arrivals in a window whose length is total work / (cluster_gpus * load).
 
     Raises ValueError naming the argument when one is out of range."""
-    _check_params(jobs=jobs, seed=seed, load=load, cluster_gpus=cluster_gpus, tenants=tenants,
-                  users_per_tenant=users_per_tenant, max_duration_s=max_duration_s)  # fmt: skip
+    _check_params({"jobs": jobs, "seed": seed, "load": load, "cluster_gpus": cluster_gpus, "tenants": tenants,
+                   "users_per_tenant": users_per_tenant, "max_duration_s": max_duration_s})  # fmt: skip
     if jobs == 0:
         return []
     n_tenants = len(TENANTS) if tenants is None else tenants
@@ -153,7 +154,12 @@ def synthetic(
     work_gpu_s = float(np.sum(gpus * duration_s))
     window_s = work_gpu_s / (cluster_gpus * load)
     submit_s = _arrivals_s(rng, jobs, window_s)
+    return _as_jobs(submit_s, gpus, duration_s, tenant, user_rank, job_type, n_tenants, users_per_tenant)
 
+
+def _as_jobs(submit_s: np.ndarray, gpus: np.ndarray, duration_s: np.ndarray, tenant: np.ndarray,
+             user_rank: np.ndarray, job_type: np.ndarray, n_tenants: int, users_per_tenant: int) -> list[Job]:
+    """The drawn columns as Jobs, ids in order."""
     # Name lookups as object-array fancy indexing: the Job constructor is the only per-job Python work left.
     tenant_names = np.array(TENANTS[:n_tenants], dtype=object)
     user_names = np.array([f"{t}-user{k + 1}" for t in tenant_names for k in range(users_per_tenant)], dtype=object)
@@ -215,23 +221,15 @@ def parse_workload_spec(spec: str) -> dict[str, int | float]:
             expected = "an integer" if kind is int else "a number"
             raise ValueError(f"workload spec {spec!r}: {key}={raw!r} is not {expected}; valid keys: {valid}") from None
     try:
-        _check_params(**kwargs)
+        _check_params(kwargs)
     except ValueError as err:
         raise ValueError(f"workload spec {spec!r}: {err}; valid keys: {valid}") from None
     return kwargs
 
 
-def _check_params(
-    *,
-    jobs: int = 0,
-    seed: int = 0,
-    load: float = 1.0,
-    cluster_gpus: int = 1,
-    tenants: int | None = None,
-    users_per_tenant: int = 1,
-    max_duration_s: float = MAX_DURATION_S,
-) -> None:
-    """Raise ValueError `name=value must be ...` for the first argument out of range."""
+def _check_params(values: Mapping[str, object]) -> None:
+    """Raise ValueError `name=value must be ...` for the first of `values` (arguments of `synthetic` by name)
+    out of range."""
 
     def is_int(value: object) -> bool:
         return isinstance(value, Integral) and not isinstance(value, bool)
@@ -239,19 +237,19 @@ def _check_params(
     def is_real(value: object) -> bool:
         return isinstance(value, Real) and not isinstance(value, bool) and math.isfinite(float(value))
 
-    checks = (
-        ("jobs", jobs, is_int(jobs) and jobs >= 0, "an integer >= 0"),
-        ("seed", seed, is_int(seed) and seed >= 0, "an integer >= 0"),
-        ("load", load, is_real(load) and load > 0, "a finite number > 0"),
-        ("cluster_gpus", cluster_gpus, is_int(cluster_gpus) and cluster_gpus >= 1, "an integer >= 1"),
-        ("tenants", tenants, tenants is None or (is_int(tenants) and 1 <= tenants <= len(TENANTS)),
-         f"None or an integer from 1 to {len(TENANTS)}"),
-        ("users_per_tenant", users_per_tenant, is_int(users_per_tenant) and users_per_tenant >= 1, "an integer >= 1"),
-        ("max_duration_s", max_duration_s, is_real(max_duration_s) and max_duration_s >= 1, "a finite number >= 1"),
-    )  # fmt: skip
-    for name, value, ok, expected in checks:
-        if not ok:
-            raise ValueError(f"{name}={value!r} must be {expected}")
+    checks: dict[str, tuple[Callable[[Any], bool], str]] = {
+        "jobs": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+        "seed": (lambda v: is_int(v) and v >= 0, "an integer >= 0"),
+        "load": (lambda v: is_real(v) and v > 0, "a finite number > 0"),
+        "cluster_gpus": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+        "tenants": (lambda v: v is None or (is_int(v) and 1 <= v <= len(TENANTS)),
+                    f"None or an integer from 1 to {len(TENANTS)}"),
+        "users_per_tenant": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
+        "max_duration_s": (lambda v: is_real(v) and v >= 1, "a finite number >= 1"),
+    }  # fmt: skip
+    for name, (ok, expected) in checks.items():
+        if name in values and not ok(values[name]):
+            raise ValueError(f"{name}={values[name]!r} must be {expected}")
 
 
 def _size_mix(cluster_gpus: int) -> tuple[np.ndarray, np.ndarray]:

@@ -7,7 +7,8 @@ from builders import job, nodes
 from trimtab.cluster import ClusterState
 from trimtab.model import JobState
 from trimtab.scheduler import Scheduler
-from trimtab.sim.run import SimConfig, compare
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig
 from trimtab.sim.workload import synthetic
 
 

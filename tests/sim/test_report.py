@@ -7,7 +7,8 @@ import pytest
 
 from builders import nodes
 from trimtab.report import best_per_column, write_report
-from trimtab.sim.run import SimConfig, compare
+from trimtab.sim.compare import compare
+from trimtab.sim.run import SimConfig
 from trimtab.sim.workload import synthetic
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -6,13 +6,15 @@ import pytest
 from builders import job, nodes
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Resources
-from trimtab.plugins.dynamics import Drain, Heterogeneity, History, ScorePack, Signals, Topology
-from trimtab.policy import CycleContext
+from trimtab.plugins.health import Drain, History
+from trimtab.plugins.locality import Heterogeneity, ScorePack, Topology
+from trimtab.policy import CycleContext, Observations
 from trimtab.sim.load import Burst, apply_load
 
 
-def ctx(cluster, now_s=0.0, pending=(), running=None):
-    return CycleContext(now_s, cluster, list(pending), running or {}, {}, {}, np.random.default_rng(0))
+def ctx(cluster, now_s=0.0, pending=(), running=None, observed=None):
+    return CycleContext(now_s, cluster, list(pending), running or {}, {}, {}, np.random.default_rng(0),
+                        observations=observed or Observations())
 
 
 def occupy(cluster, node, gpus):
@@ -66,61 +68,58 @@ def test_heterogeneity_sends_each_job_where_its_comparative_advantage_is():
     cluster = ClusterState(nodes(1, model="k80") + [
         n.__class__(name="v0", capacity=n.capacity, gpu_model="v100") for n in nodes(1)])
     speeds = {"fast": np.array([0.25, 1.0]), "flat": np.array([1 / 1.2, 1.0])}  # (k80, v100)
-    signals = Signals(gpu_speeds=lambda j: speeds[j.job_type])
+    observed = Observations(gpu_speeds=lambda j: speeds[j.job_type])
     fast, flat = job("a", job_type="fast"), job("b", job_type="flat")
-    c = ctx(cluster, pending=[fast, flat])
-    plugin = Heterogeneity(signals=signals)
+    c = ctx(cluster, pending=[fast, flat], observed=observed)
+    plugin = Heterogeneity()
     plugin.open(c)
     assert np.argmax(plugin.score(fast, c)) == 1
     assert np.argmax(plugin.score(flat, c)) == 0
-    by_speed = Heterogeneity(speed_weight=1.0, signals=signals)
+    by_speed = Heterogeneity(speed_weight=1.0)
     by_speed.open(c)
     assert np.argmax(by_speed.score(flat, c)) == 1
-    assert (Heterogeneity().score(fast, c) == 0).all()  # no throughput table: neutral
+    assert (Heterogeneity().score(fast, ctx(cluster, pending=[fast, flat])) == 0).all()  # no throughput table
 
 
 def test_history_prefers_clean_nodes_and_nodes_where_the_type_ran_fast():
     cluster = ClusterState(nodes(3))
-    signals = Signals(failure_tau_s=1000.0)
-    signals.size(3)
-    signals.node_failed(0, 0.0)
-    plugin = History(signals=signals)
-    score = plugin.score(job("a"), ctx(cluster, now_s=0.0))
+    observed = Observations(failure_tau_s=1000.0)
+    observed.node_failed(0, 0.0, 3)
+    plugin = History()
+    score = plugin.score(job("a"), ctx(cluster, now_s=0.0, observed=observed))
     assert score[0] < score[1] == score[2] == 100.0
-    later = plugin.score(job("a"), ctx(cluster, now_s=5000.0))
+    later = plugin.score(job("a"), ctx(cluster, now_s=5000.0, observed=observed))
     assert later[0] > score[0]  # the record decays
-    signals.observed_speed("bert", np.array([2]), 0.5, 3)
-    signals.observed_speed("bert", np.array([1]), 1.0, 3)
-    typed = plugin.score(job("b", job_type="bert"), ctx(cluster, now_s=1e6))
+    observed.job_ran("bert", np.array([2]), 0.5, 3)
+    observed.job_ran("bert", np.array([1]), 1.0, 3)
+    typed = plugin.score(job("b", job_type="bert"), ctx(cluster, now_s=1e6, observed=observed))
     assert typed[1] > typed[2]
 
 
 def test_drain_keeps_new_work_off_a_node_that_failed_often_until_its_record_decays():
     cluster = ClusterState(nodes(4))
-    signals = Signals(failure_tau_s=3600.0)
-    signals.size(4)
-    drain = Drain(signals=signals)  # threshold 1.5, ratio 3 to the mean, at most 10% of the nodes (here 1)
-    signals.node_failed(0, 0.0)
-    assert drain.filter(job("a"), ctx(cluster, 10.0)).all()
-    signals.node_failed(0, 100.0)
-    assert drain.filter(job("a"), ctx(cluster, 110.0)).tolist() == [False, True, True, True]
-    assert drain.filter(job("a"), ctx(cluster, 3 * 3600.0)).all()  # the record decayed
+    observed = Observations(failure_tau_s=3600.0)
+    drain = Drain()  # threshold 1.5, ratio 3 to the mean, at most 10% of the nodes (here 1)
+    observed.node_failed(0, 0.0, 4)
+    assert drain.filter(job("a"), ctx(cluster, 10.0, observed=observed)).all()
+    observed.node_failed(0, 100.0, 4)
+    assert drain.filter(job("a"), ctx(cluster, 110.0, observed=observed)).tolist() == [False, True, True, True]
+    assert drain.filter(job("a"), ctx(cluster, 3 * 3600.0, observed=observed)).all()  # the record decayed
 
 
 def test_drain_never_takes_out_more_than_its_share_and_not_when_every_node_fails_alike():
     cluster = ClusterState(nodes(20))
-    signals = Signals(failure_tau_s=1e9)
-    signals.size(20)
+    observed = Observations(failure_tau_s=1e9)
     for node in range(20):
         for _ in range(3):
-            signals.node_failed(node, 0.0)
-    drain = Drain(signals=signals)
-    assert drain.filter(job("a"), ctx(cluster, 1.0)).all()  # a storm everywhere: nobody stands out
+            observed.node_failed(node, 0.0, 20)
+    drain = Drain()
+    assert drain.filter(job("a"), ctx(cluster, 1.0, observed=observed)).all()  # a storm everywhere: nobody stands out
     for node in (3, 5, 7):
         for _ in range(20):
-            signals.node_failed(node, 0.0)
-    signals.node_failed(7, 0.0)
-    mask = drain.filter(job("a"), ctx(cluster, 2.0))
+            observed.node_failed(node, 0.0, 20)
+    observed.node_failed(7, 0.0, 20)
+    mask = drain.filter(job("a"), ctx(cluster, 2.0, observed=observed))
     assert np.flatnonzero(~mask).tolist() == [3, 7]  # 10% of 20: the two worst
 
 

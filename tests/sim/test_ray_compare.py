@@ -17,7 +17,7 @@ pytest.importorskip("ray")
 
 from test_ray_cluster import RayCluster
 
-SRC = Path(__file__).resolve().parents[1] / "src"
+SRC = Path(__file__).resolve().parents[2] / "src"
 POLICIES = "fifo-backfill,las,sjf"
 
 

@@ -1,13 +1,10 @@
-"""Plugins against a changing world: history, drain, topology, locality, prefetch, heterogeneity, score-pack.
+"""Plugins that place work where it runs best: topology (gangs packed at the tightest level), locality and
+prefetch (near cached datasets), heterogeneity (GPU models by speed-up) and score-pack (the score decides where).
 
-They read `Signals`, what the world observed about its nodes (failures, speeds, cached data, GPU speeds); a
-world that observes nothing leaves every score neutral."""
+Locality, prefetch and heterogeneity read `ctx.observations` (cached datasets, GPU speeds); without them they are
+neutral."""
 
 from __future__ import annotations
-
-import math
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -15,116 +12,6 @@ from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job
 from trimtab.plugins.place import Pack
 from trimtab.policy import CycleContext, Decision, Plugin
-from trimtab.profile import PluginFactory
-
-
-@dataclass
-class Signals:
-    """What the world tells dynamics plugins about its nodes. The world writes; plugins only read, except that
-    `prefetch` plugins append to `prefetch_requests`, which the world drains after each cycle.
-
-    failures: an exponentially decayed count of each node's failures (time constant `failure_tau_s`), so a
-    failure a `failure_tau_s` ago counts 1/e. speeds: per job type, the last observed speed (reference seconds per
-    wall second) on each node, NaN where never seen. cached: dataset -> bool mask over nodes (None: no data model).
-    gpu_speeds: relative speed of a job on each GPU model of the cluster, in `ClusterState.gpu_models` order
-    (None: no throughput table)."""
-
-    failure_tau_s: float = 7 * 86400.0
-    cached: Callable[[str], np.ndarray] | None = None
-    gpu_speeds: Callable[[Job], np.ndarray] | None = None
-    prefetch_requests: list[tuple[Job, np.ndarray]] = field(default_factory=list)
-    _decayed: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    _since_s: np.ndarray = field(default_factory=lambda: np.zeros(0))
-    speeds: dict[str, np.ndarray] = field(default_factory=dict)
-    failures_seen: int = 0
-
-    def size(self, nodes: int) -> None:
-        if self._decayed.size != nodes:
-            self._decayed = np.zeros(nodes)
-            self._since_s = np.zeros(nodes)
-
-    def node_failed(self, node: int, now_s: float) -> None:
-        self._decayed[node] = self._decayed[node] * math.exp(-(now_s - self._since_s[node]) / self.failure_tau_s) + 1
-        self._since_s[node] = now_s
-        self.failures_seen += 1
-
-    def recent_failures(self, now_s: float, nodes: int) -> np.ndarray:
-        """Decayed failure count of every node at `now_s`."""
-        self.size(nodes)
-        return self._decayed * np.exp(-(now_s - self._since_s) / self.failure_tau_s)
-
-    def observed_speed(self, job_type: str, nodes: np.ndarray, speed: float, total_nodes: int) -> None:
-        row = self.speeds.get(job_type)
-        if row is None:
-            row = self.speeds[job_type] = np.full(total_nodes, np.nan)
-        row[nodes] = speed
-
-
-def _signals(given: Signals | None) -> Signals:
-    return given if given is not None else Signals()
-
-
-class History(Plugin):
-    """Score: prefers nodes with a clean recent record and, per job type, nodes where that type ran fast before.
-    score = 100 x (w x exp(-f / max(mean f, 1)) + (1 - w) x observed speed / best observed speed), where f is a
-    node's decayed failure count (compared with the cluster's mean, so a storm everywhere does not mask the bad
-    nodes) and w = `record_weight`
-    (nodes never seen with this job type count as the mean of those seen; with none seen, only the record)."""
-
-    def __init__(self, record_weight: float = 0.7, signals: Signals | None = None) -> None:
-        if not 0 <= record_weight <= 1:
-            raise ValueError("history record_weight must be in [0, 1]")
-        self.record_weight = float(record_weight)
-        self.signals = _signals(signals)
-
-    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        n = len(ctx.cluster)
-        recent = self.signals.recent_failures(ctx.now_s, n)
-        clean = np.exp(-recent / max(float(recent.mean()), 1.0))
-        row = self.signals.speeds.get(job.job_type)
-        if row is None or np.isnan(row).all():
-            return 100.0 * clean
-        best = np.nanmax(row)
-        speed = np.where(np.isnan(row), np.nanmean(row), row) / best
-        w = self.record_weight
-        return 100.0 * (w * clean + (1.0 - w) * speed)
-
-
-class Drain(Plugin):
-    """Filter (and drain): keeps new work off nodes that fail far more often than the others (they are drained:
-    running jobs finish, nothing new starts) until their record decays. A node is drained when its decayed failure
-    count is at least `threshold` and at least `ratio` times the cluster's mean; at most `max_share` of the nodes,
-    the worst records first, are drained at once (so a cluster-wide storm never drains the cluster). With
-    `threshold` 1.5 and the signals' time constant tau, a second failure within 0.7 tau can drain a node."""
-
-    def __init__(self, threshold: float = 1.5, ratio: float = 3.0, max_share: float = 0.1,
-                 signals: Signals | None = None) -> None:
-        if threshold <= 0 or ratio < 1 or not 0 <= max_share <= 1:
-            raise ValueError("drain: threshold must be > 0, ratio >= 1, max_share in [0, 1]")
-        self.threshold = float(threshold)
-        self.ratio = float(ratio)
-        self.max_share = float(max_share)
-        self.signals = _signals(signals)
-        self._mask: tuple[float, int, np.ndarray] | None = None
-
-    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        return ~self.drain_mask(ctx)
-
-    def drain_mask(self, ctx: CycleContext) -> np.ndarray:
-        """Nodes to drain now (True). The Scheduler takes them out of service for new work before each cycle, so
-        the free-GPU counts that preemption relies on leave them out; `filter` says the same for safety."""
-        if self._mask is not None and self._mask[:2] == (ctx.now_s, self.signals.failures_seen):
-            return self._mask[2]
-        n = len(ctx.cluster)
-        recent = self.signals.recent_failures(ctx.now_s, n)
-        drained = (recent >= self.threshold) & (recent >= self.ratio * recent.mean())
-        limit = math.ceil(self.max_share * n)
-        if drained.sum() > limit:
-            worst = np.argsort(-np.where(drained, recent, -1.0), kind="stable")[:limit]
-            drained[:] = False
-            drained[worst] = True
-        self._mask = (ctx.now_s, self.signals.failures_seen, drained)
-        return drained
 
 
 def _rack_fit(cluster: ClusterState, fit: np.ndarray, tasks: int) -> np.ndarray:
@@ -171,19 +58,18 @@ class Topology(Plugin):
 
 
 class Prefetch(Plugin):
-    """At the end of a cycle, asks the world to load the datasets of the first `jobs` waiting jobs onto the nodes
-    they are likely to get, counting GPUs free now or freed within `horizon_s` (running jobs' remaining reference
-    time): the node that will hold the whole gang with the least to spare (where `pack` puts it), else the nodes
-    that will hold most of it; nodes that already hold the dataset are skipped."""
+    """At the end of a cycle, asks the world (`Decision.prefetches`) to load the datasets of the first `jobs`
+    waiting jobs onto the nodes they are likely to get, counting GPUs free now or freed within `horizon_s` (running
+    jobs' remaining reference time): the node that will hold the whole gang with the least to spare (where `pack`
+    puts it), else the nodes that will hold most of it; nodes that already hold the dataset are skipped."""
 
-    def __init__(self, jobs: int = 4, horizon_s: float = 1800.0, signals: Signals | None = None) -> None:
+    def __init__(self, jobs: int = 4, horizon_s: float = 1800.0) -> None:
         self.jobs = int(jobs)
         self.horizon_s = float(horizon_s)
-        self.signals = _signals(signals)
         self._asked: set[str] = set()
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
-        cached = self.signals.cached
+        cached = ctx.observations.cached
         if cached is None or not decision.waiting or self.jobs <= 0:
             return None
         cluster = ctx.cluster
@@ -210,7 +96,7 @@ class Prefetch(Plugin):
             self._asked.add(job.id)
             asked += 1
             if targets.size:
-                self.signals.prefetch_requests.append((job, targets))
+                decision.prefetches.append((job, targets))
         return None
 
 
@@ -219,9 +105,10 @@ class Locality(Prefetch):
     as `prefetch` does for the first `jobs` waiting jobs (0: no prefetching)."""
 
     def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        if self.signals.cached is None or not job.dataset:
+        cached = ctx.observations.cached
+        if cached is None or not job.dataset:
             return np.zeros(len(ctx.cluster))
-        return 100.0 * self.signals.cached(job.dataset)
+        return 100.0 * cached(job.dataset)
 
 
 class Heterogeneity(Plugin):
@@ -231,16 +118,15 @@ class Heterogeneity(Plugin):
     there (jobs that gain little from fast GPUs leave them to jobs that gain much). The default `speed_weight` 0
     ranks by comparative advantage alone (measured best on Gavel's 96-job trace; docs/strategies.md)."""
 
-    def __init__(self, speed_weight: float = 0.0, signals: Signals | None = None) -> None:
+    def __init__(self, speed_weight: float = 0.0) -> None:
         self.speed_weight = float(speed_weight)
-        self.signals = _signals(signals)
         self._mean: np.ndarray | None = None
 
     def open(self, ctx: CycleContext) -> None:
         self._mean = None
 
     def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        speeds_of = self.signals.gpu_speeds
+        speeds_of = ctx.observations.gpu_speeds
         if speeds_of is None:
             return np.zeros(len(ctx.cluster))
         if self._mean is None:
@@ -290,18 +176,5 @@ class ScorePack(Plugin):
         return self._pack.place(job, ctx, np.where(score >= threshold, fit, 0), score)
 
 
-def plugins(signals: Signals | None = None) -> dict[str, PluginFactory]:
-    """The factories of this module, bound to `signals` (a world passes its own; None: neutral)."""
-
-    def bind(cls: type[Plugin]) -> PluginFactory:
-        def factory(**kwargs: object) -> Plugin:
-            return cls(signals=signals, **kwargs)  # type: ignore[call-arg]
-        return factory
-
-    return {
-        "history": bind(History), "drain": bind(Drain), "locality": bind(Locality), "prefetch": bind(Prefetch),
-        "heterogeneity": bind(Heterogeneity), "topology": Topology, "score-pack": ScorePack,
-    }
-
-
-PLUGINS = plugins()
+PLUGINS = {"topology": Topology, "locality": Locality, "prefetch": Prefetch, "heterogeneity": Heterogeneity,
+           "score-pack": ScorePack}
