@@ -25,6 +25,7 @@ from trimtab.model import Job, JobState, Resources
 from trimtab.plugins import default_registry
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
+from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch
 from trimtab.serve.gpus import Inventory
 from trimtab.serve.quota import TenantQuota
@@ -32,8 +33,6 @@ from trimtab.serve.store import TERMINAL_STATES, JobRow, RunRow, SampleRow, Stor
 from trimtab.serve.submission import JobSpec
 
 log = logging.getLogger("trimtab.serve")
-DEFAULT_DATA_DIR = Path("~/.local/share/trimtab")
-DEFAULT_PORT = 8470
 
 
 @dataclass(frozen=True, slots=True)
