@@ -17,7 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trimtab.cli import load_inputs
+from trimtab.cli.sim import load_inputs
 from trimtab.sim.compare import compare
 from trimtab.sim.run import SimConfig
 

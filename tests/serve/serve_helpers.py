@@ -28,7 +28,7 @@ def free_port() -> int:
 
 class Server:
     """`trimtab serve` in a child process. `start()` waits until /healthz answers; `kill()` is SIGKILL. `entry` is
-    the module run with -m: the serve room's own (faster to start) or the full CLI, `trimtab.cli`."""
+    the module run with -m: `trimtab.serve` or `trimtab.cli` (the same commands)."""
 
     def __init__(self, data_dir: Path, *args: str, db: str | None = None, port: int | None = None,
                  env: dict[str, str] | None = None, entry: str = "trimtab.serve") -> None:

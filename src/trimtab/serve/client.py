@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import yaml
 
-from trimtab.serve.daemon import DEFAULT_DATA_DIR, DEFAULT_PORT
+from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.errors import ServeError
 
 CONFIG_FILE = Path("~/.config/trimtab/config.yaml")

@@ -23,6 +23,7 @@ from trimtab.plugins import default_registry
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import Attempt
+from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
 from trimtab.serve.gpus import Inventory
@@ -32,8 +33,6 @@ from trimtab.serve.requests import Requests
 from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
 
 log = logging.getLogger("trimtab.serve")
-DEFAULT_DATA_DIR = Path("~/.local/share/trimtab")
-DEFAULT_PORT = 8470
 
 
 @dataclass(frozen=True, slots=True)

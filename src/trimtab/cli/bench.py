@@ -1,23 +1,21 @@
-"""Command-line commands of the bench room, registered on the main `trimtab` app by cli.py.
+"""The benchmark commands, `trimtab bench ...`: published experiments reproduced on the simulator.
 
 `trimtab bench packing`: the FGD paper's packing experiment (sim/packing.py) with a table, JSON and a PNG."""
 
 from __future__ import annotations
 
-import json
-import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
-bench_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Benchmarks and published experiments.")
-_console = Console(width=None if sys.stdout.isatty() else 200)
+from trimtab.cli.common import console, fail, write_json
+
+commands = typer.Typer(no_args_is_help=True, help="Benchmarks and published experiments.")
 
 
-@bench_app.command("packing")
+@commands.command("packing")
 def packing_cmd(
     nodes: Annotated[str, typer.Option(help="Cluster: openb:PATH/openb_node_list_all_node.csv, a shape or a file.")],
     pods: Annotated[str, typer.Option(help="Pods: openb:PATH/openb_pod_list_default.csv (or any trace).")],
@@ -42,12 +40,11 @@ def packing_cmd(
         pod_list = load_trace(pods)
         seed_list = parse_seeds(seeds)
         names = [p.strip() for p in policies.split(",") if p.strip()]
-        with _console.status(f"packing {len(pod_list)} pods on {len(node_list)} nodes: {len(names)} policies x "
+        with console.status(f"packing {len(pod_list)} pods on {len(node_list)} nodes: {len(names)} policies x "
                              f"{len(seed_list)} seeds"):
             result = packing_experiment(node_list, pod_list, names, seed_list, inflate=inflate, workers=workers)
     except (ValueError, OSError) as exc:
-        _console.print(f"[red]error:[/red] {exc}")
-        raise typer.Exit(2) from None
+        fail(str(exc))
     result = {"nodes": nodes, "pods": pods, **result}
     top = str(round(inflate * 100))
     table = Table(title=f"GPU allocation ratio (%), mean of {len(seed_list)} seeds: {len(pod_list)} pods, "
@@ -57,18 +54,13 @@ def packing_cmd(
     for name, data in result["policies"].items():
         table.add_row(name, _fmt(data["mean"].get("100")), _fmt(data["mean"].get(top)), str(data["failed_mean"]),
                       f"{data['wall_s_mean']:.1f}")
-    _console.print(table)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    console.print(table)
+    write_json(result, out, readable=True)
     png = out.with_suffix(".png")
     plot_packing(result, png, title=f"{Path(pods.partition(':')[2] or pods).name}, inflate {inflate}")
-    _console.print(f"written {out} and {png}")
+    console.print(f"written {out} and {png}")
 
 
 def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
-
-def register(app: typer.Typer) -> None:
-    """Add this room's commands to `app`: `trimtab bench ...`."""
-    app.add_typer(bench_app, name="bench")

@@ -1,6 +1,6 @@
-"""The `trimtab` command line: simulate, compare, demo, policies.
+"""The simulator's commands: simulate, compare, demo, report, tune, policies.
 
-Thin: it parses specs, calls the library and prints Rich tables; all behaviour lives in the rooms above it."""
+Thin: they parse specs, call the library and print Rich tables; all behaviour lives in the rooms above."""
 
 from __future__ import annotations
 
@@ -8,22 +8,19 @@ import json
 import sys
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trimtab.model import Job, Node
-from trimtab.profile import Profile
-from trimtab.report import COLUMNS, best_per_column, write_report
-from trimtab.sim.compare import compare
-from trimtab.sim.run import SimConfig, simulate
+from trimtab.cli.common import console, fail, write_json
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="trimtab: a GPU-cluster scheduler that keeps throughput steady, and its simulator.")
-console = Console(width=None if sys.stdout.isatty() else 200)
+if TYPE_CHECKING:
+    from trimtab.model import Job, Node
+    from trimtab.sim.run import SimConfig
+
+commands = typer.Typer()
 
 DEMO_CLUSTER = "2r8x8"
 DEMO_WORKLOAD = "synthetic:jobs=3000,seed=1,load=0.9"
@@ -86,18 +83,9 @@ def load_inputs_with_manifests(cluster: str, workload: str, manifests: Path | No
     return nodes, m.jobs, m.profile_args()
 
 
-def _fail(message: str) -> None:
-    console.print(f"[red]error:[/red] {message}")
-    raise typer.Exit(2)
-
-
-def _write_json(data: Any, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # compact: without indent the json module encodes in C, several times faster on a run of 80,000 jobs
-    path.write_text(json.dumps(data, separators=(",", ":"), allow_nan=False) + "\n")
-
-
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
+    from trimtab.report import COLUMNS, best_per_column
+
     best = best_per_column(summaries)
     table = Table(show_lines=False, header_style="bold")
     table.add_column("policy")
@@ -110,7 +98,7 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
     return table
 
 
-@app.command("simulate")
+@commands.command("simulate")
 def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  policy: Annotated[str, typer.Option("--policy", "-p",
                                                      help="Built-in name or profile YAML.")] = "steady",
@@ -119,6 +107,9 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
                  burst: BurstOpt = None, manifests: ManifestsOpt = None) -> None:
     """Replay a workload on a cluster under one policy and print the summary metrics."""
+    from trimtab.profile import Profile
+    from trimtab.sim.run import SimConfig, simulate
+
     try:
         nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, seed)
         profile = Profile.load(policy).with_args(plugin_args)
@@ -126,7 +117,7 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
                            timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     t0 = time.perf_counter()
     with Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                   TextColumn("{task.completed}/{task.total} jobs"), TimeElapsedColumn(),
@@ -136,7 +127,7 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
             result = simulate(nodes, jobs, profile, config,
                               progress=lambda done, total: bar.update(task, completed=done))
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     wall = time.perf_counter() - t0
     result = {"cluster": cluster, "workload": workload, **result}
     table = Table("metric", "value", title=f"{profile.name} on {cluster}: {len(jobs)} jobs in {wall:.1f} s")
@@ -150,11 +141,11 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
         table.add_row(f"reservation.{name}.unused_gpu_s", str(gpu_s))
     console.print(table)
     if out:
-        _write_json(result, out)
+        write_json(result, out)
         console.print(f"run written to {out}")
 
 
-@app.command("compare")
+@commands.command("compare")
 def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 policies: Annotated[str, typer.Option(help="Comma-separated names or YAML paths.")] = DEMO_POLICIES,
                 out_dir: Annotated[Path | None, typer.Option(help="Write <policy>.json and index.html here.")] = None,
@@ -166,11 +157,13 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 ray: Annotated[str | None, typer.Option("--ray", help="Run the simulations as tasks on the Ray "
                                                                       "cluster at this address.")] = None) -> None:
     """Run several policies on the same cluster and workload; print one table, best value per column marked."""
+    from trimtab.sim.run import SimConfig
+
     try:
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
                            timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir, config, workers,
              manifests, ray)
 
@@ -178,18 +171,22 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
 def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | None, config: SimConfig,
              workers: int | None, manifests: Path | None = None,
              ray_address: str | None = None) -> dict[str, dict[str, Any]]:
+    from trimtab.profile import Profile
+    from trimtab.report import write_report
+    from trimtab.sim.compare import compare
+
     try:
         nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
         profiles = [Profile.load(p).with_args(plugin_args) for p in policies]
         cluster, workload = cluster or str(manifests), workload or str(manifests)
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     t0 = time.perf_counter()
     with console.status(f"simulating {len(profiles)} policies on {len(jobs)} jobs..."):
         try:
             runs = compare(nodes, jobs, profiles, config, workers=workers, ray_address=ray_address)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     wall = time.perf_counter() - t0
     title = f"{len(jobs)} jobs of {workload} on {cluster} ({sum(n.capacity.gpus for n in nodes)} GPUs)"
     table = _summary_table({name: run["summary"] for name, run in runs.items()})
@@ -197,32 +194,36 @@ def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | N
     console.print(table)
     if out_dir:
         for name, run in runs.items():
-            _write_json({"cluster": cluster, "workload": workload, **run}, out_dir / f"{name}.json")
+            write_json({"cluster": cluster, "workload": workload, **run}, out_dir / f"{name}.json")
         index = write_report(runs, out_dir, title="trimtab: policy comparison", subtitle=title)
         console.print(f"runs and report written to {out_dir} ({index})")
     return runs
 
 
-@app.command("demo")
+@commands.command("demo")
 def demo_cmd(out_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("trimtab-report")) -> None:
     """The built-in synthetic workload on a built-in cluster: compare the built-in policies, write a report."""
+    from trimtab.sim.run import SimConfig
+
     console.print(f"[bold]trimtab demo[/bold]: {DEMO_WORKLOAD} on {DEMO_CLUSTER}, policies {DEMO_POLICIES}")
     _compare(DEMO_CLUSTER, DEMO_WORKLOAD, DEMO_POLICIES.split(","), out_dir, SimConfig(seed=1), None)
 
 
-@app.command("report")
+@commands.command("report")
 def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files written by simulate --out or compare.")],
                out: Annotated[Path, typer.Option("--out", "-o", help="Directory of the report.")] = Path("report"),
                ) -> None:
     """Write the HTML report (and its PNG figures) for one or more run files."""
+    from trimtab.report import write_report
+
     loaded: dict[str, dict[str, Any]] = {}
     for path in runs:
         try:
             run = json.loads(path.read_text())
         except (OSError, json.JSONDecodeError) as exc:
-            _fail(f"{path}: cannot read a run file: {exc}")
+            fail(f"{path}: cannot read a run file: {exc}")
         if not isinstance(run, dict) or not {"summary", "series", "jobs"} <= set(run):
-            _fail(f"{path}: not a run file (needs summary, series and jobs)")
+            fail(f"{path}: not a run file (needs summary, series and jobs)")
         name = str(run.get("policy") or path.stem)
         while name in loaded:
             name += "'"
@@ -232,7 +233,7 @@ def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files writte
     console.print(f"report written to {index}")
 
 
-@app.command("tune")
+@commands.command("tune")
 def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
              policy: Annotated[str, typer.Option("--policy", "-p", help="The profile to tune.")] = "steady",
              objective: Annotated[str, typer.Option(help="Metrics to lower (or raise, for utilisation and "
@@ -251,29 +252,31 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
     import yaml
 
     from trimtab.metrics import SUMMARY_KEYS
+    from trimtab.profile import Profile
+    from trimtab.sim.run import SimConfig
     from trimtab.sim.tune import tune
 
     metrics = [m.strip() for m in objective.split(",") if m.strip()]
     unknown = [m for m in metrics if m not in SUMMARY_KEYS]
     if unknown or not metrics:
-        _fail(f"--objective: unknown metric(s) {', '.join(unknown) or '(none given)'}; "
+        fail(f"--objective: unknown metric(s) {', '.join(unknown) or '(none given)'}; "
               f"choose from {', '.join(SUMMARY_KEYS)}")
     try:
         nodes, jobs = load_inputs(cluster, workload, seed)
         base = Profile.load(policy)
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     try:
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, timing=False, faults=faults,
                            load=load)
     except (ValueError, OSError) as exc:
-        _fail(str(exc))
+        fail(str(exc))
     with console.status(f"tuning {base.name}: {budget} candidates on {len(jobs)} jobs..."):
         try:
             result = tune(nodes, jobs, base, metrics, budget, config, seed=seed, tune_share=tune_share,
                           workers=workers, ray_address=ray)
         except ValueError as exc:
-            _fail(str(exc))
+            fail(str(exc))
     table = Table("part", "profile", *metrics, "score (1 = base)",
                   title=f"tuning {base.name}: {result['tune_jobs']} jobs tuned on, {result['held_out_jobs']} held out")
     for part in ("tune", "held_out"):
@@ -287,23 +290,12 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
     console.print(f"tuned profile written to {out} (use it with --policy {out})")
 
 
-@app.command("policies")
+@commands.command("policies")
 def policies_cmd() -> None:
     """List the built-in policies."""
+    from trimtab.profile import Profile
+
     table = Table("policy", "description")
     for name in Profile.builtin_names():
         table.add_row(name, Profile.load(name).description)
     console.print(table)
-
-
-def _register_rooms() -> None:
-    from trimtab import cli_bench, cli_serve
-
-    for room in (cli_serve, cli_bench):
-        room.register(app)
-
-
-_register_rooms()
-
-if __name__ == "__main__":  # pragma: no cover
-    app()
