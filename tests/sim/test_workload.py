@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import math
 from collections import Counter
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -154,6 +155,7 @@ def test_invariants_hold_for_any_arguments(jobs, seed, load, cluster_gpus, tenan
         (" synthetic : jobs = 10 , cluster_gpus = 32 ", {"jobs": 10, "cluster_gpus": 32}),
         ("synthetic:tenants=3,users_per_tenant=2,max_duration_s=86400", {"tenants": 3, "users_per_tenant": 2,
                                                                          "max_duration_s": 86400.0}),
+        ("synthetic:seed=3,priorities=0.1:1000,0.3:100", {"seed": 3, "priorities": ((0.1, 1000), (0.3, 100))}),
     ],
 )  # fmt: skip
 def test_spec_parses_to_synthetic_keyword_arguments(spec, expected):
@@ -178,6 +180,8 @@ def test_spec_parses_to_synthetic_keyword_arguments(spec, expected):
         ("synthetic:jobs", ["'jobs' needs a value"]),
         ("synthetic:seed=1,seed=2", ["'seed' given twice"]),
         ("philly:jobs=5", ["unknown workload 'philly'", "synthetic"]),
+        ("synthetic:priorities=0.1:high", ["priorities", "'0.1:high'", "share:priority"]),
+        ("synthetic:priorities=0.7:1,0.5:2", ["priorities=", "summing to at most 1"]),
     ],
 )
 def test_bad_specs_say_what_is_wrong(spec, names):
@@ -235,3 +239,14 @@ def test_generator_matches_the_real_trace():
     tenant_share = Counter(j.tenant for j in jobs)
     for name, trace_jobs in zip(TENANTS, vc_jobs, strict=True):
         assert tenant_share[name] / len(jobs) == pytest.approx(trace_jobs / len(rows), abs=0.01)
+
+
+def test_priority_classes_change_only_the_priorities():
+    """With priority classes the same jobs arrive (ids, times, sizes, durations, tenants); each class holds about
+    its share of them and the rest keep priority 0."""
+    plain = synthetic(jobs=4000, seed=5)
+    classed = synthetic(jobs=4000, seed=5, priorities=((0.1, 1000), (0.3, 100)))
+    assert [replace(j, priority=0) for j in classed] == plain
+    counts = {p: sum(j.priority == p for j in classed) for p in (1000, 100, 0)}
+    assert sum(counts.values()) == 4000
+    assert 0.08 < counts[1000] / 4000 < 0.12 and 0.27 < counts[100] / 4000 < 0.33

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from numbers import Integral, Real
 from typing import Any
 
@@ -105,6 +106,7 @@ _SPEC_TYPES: dict[str, type] = {
     "tenants": int,
     "users_per_tenant": int,
     "max_duration_s": float,
+    "priorities": str,
 }
 
 
@@ -117,6 +119,7 @@ def synthetic(
     tenants: int | None = None,
     users_per_tenant: int = 4,
     max_duration_s: float = MAX_DURATION_S,
+    priorities: Sequence[tuple[float, int]] = (),
 ) -> list[Job]:
     """`jobs` Philly-like jobs for a cluster of `cluster_gpus` GPUs offered `load` (1.0 = all GPUs busy on average).
 
@@ -134,9 +137,14 @@ def synthetic(
     (t=0 is a Monday 00:00 UTC of the profile; then times shift so the first job is at 0), conditioned on `jobs`
     arrivals in a window whose length is total work / (cluster_gpus * load).
 
+    `priorities`: priority classes as (share of jobs, priority value) pairs, e.g. ((0.1, 1000), (0.3, 100)); the
+    other jobs keep priority 0. Each job's class is drawn from a stream of its own (seeded by `seed`), so the
+    jobs are the same with or without classes but for their priorities.
+
     Raises ValueError naming the argument when one is out of range."""
     _check_params({"jobs": jobs, "seed": seed, "load": load, "cluster_gpus": cluster_gpus, "tenants": tenants,
-                   "users_per_tenant": users_per_tenant, "max_duration_s": max_duration_s})  # fmt: skip
+                   "users_per_tenant": users_per_tenant, "max_duration_s": max_duration_s,
+                   "priorities": priorities})  # fmt: skip
     if jobs == 0:
         return []
     n_tenants = len(TENANTS) if tenants is None else tenants
@@ -154,7 +162,33 @@ def synthetic(
     work_gpu_s = float(np.sum(gpus * duration_s))
     window_s = work_gpu_s / (cluster_gpus * load)
     submit_s = _arrivals_s(rng, jobs, window_s)
-    return _as_jobs(submit_s, gpus, duration_s, tenant, user_rank, job_type, n_tenants, users_per_tenant)
+    made = _as_jobs(submit_s, gpus, duration_s, tenant, user_rank, job_type, n_tenants, users_per_tenant)
+    if not priorities:
+        return made
+    drawn = _draw_priorities(np.random.default_rng([seed, 1]), jobs, priorities)
+    return [replace(job, priority=p) if p else job for job, p in zip(made, drawn.tolist(), strict=True)]
+
+
+def _draw_priorities(rng: np.random.Generator, jobs: int, priorities: Sequence[tuple[float, int]]) -> np.ndarray:
+    """A priority per job: class k with probability share_k, priority 0 with the rest."""
+    shares = np.array([share for share, _ in priorities], dtype=float)
+    values = np.array([*(value for _, value in priorities), 0], dtype=np.int64)
+    return values[np.searchsorted(np.cumsum(shares), rng.random(jobs), side="right")]
+
+
+def parse_priorities(text: str) -> tuple[tuple[float, int], ...]:
+    """`0.1:1000,0.3:100` (share:priority, comma-separated) as ((0.1, 1000), (0.3, 100)); ValueError naming the
+    bad part."""
+    classes = []
+    for part in text.split(","):
+        share, colon, value = (x.strip() for x in part.partition(":"))
+        try:
+            classes.append((float(share), int(value)))
+        except ValueError:
+            colon = ""
+        if not colon:
+            raise ValueError(f"priorities: expected share:priority such as 0.1:1000, got {part.strip()!r}")
+    return tuple(classes)
 
 
 def _as_jobs(submit_s: np.ndarray, gpus: np.ndarray, duration_s: np.ndarray, tenant: np.ndarray,
@@ -191,10 +225,11 @@ def offered_load(jobs: Sequence[Job], cluster_gpus: int) -> float:
     return work_gpu_s / (cluster_gpus * span_s)
 
 
-def parse_workload_spec(spec: str) -> dict[str, int | float]:
+def parse_workload_spec(spec: str) -> dict[str, Any]:
     """The keyword arguments for `synthetic()` in a spec `synthetic` or `synthetic:key=value,...`, e.g.
     `synthetic:jobs=5000,seed=7,load=0.8`. Keys: jobs, seed, load, cluster_gpus, tenants, users_per_tenant,
-    max_duration_s; omitted keys keep synthetic()'s defaults, so the result may be empty.
+    max_duration_s, priorities (share:priority pairs, the last key since its pairs are comma-separated too:
+    `priorities=0.1:1000,0.3:100`); omitted keys keep synthetic()'s defaults, so the result may be empty.
 
     Raises ValueError naming the spec and the bad part (another workload name, an unknown or repeated key, a value
     of the wrong type or out of range), and listing the valid keys."""
@@ -203,7 +238,10 @@ def parse_workload_spec(spec: str) -> dict[str, int | float]:
     if name.strip() != "synthetic":
         raise ValueError(f"workload spec {spec!r}: unknown workload {name.strip()!r}; the embedded one is "
                          f"'synthetic' (synthetic:key=value,... with keys {valid})")  # fmt: skip
-    kwargs: dict[str, int | float] = {}
+    kwargs: dict[str, Any] = {}
+    params, _, priorities = params.partition("priorities=")
+    if priorities:
+        kwargs["priorities"] = _spec_priorities(spec, priorities, valid)
     for item in params.split(","):
         if not item.strip():
             continue
@@ -227,6 +265,22 @@ def parse_workload_spec(spec: str) -> dict[str, int | float]:
     return kwargs
 
 
+def _spec_priorities(spec: str, text: str, valid: str) -> tuple[tuple[float, int], ...]:
+    try:
+        return parse_priorities(text)
+    except ValueError as err:
+        raise ValueError(f"workload spec {spec!r}: {err}; valid keys: {valid}") from None
+
+
+def _priorities_ok(value: object) -> bool:
+    """Share:priority pairs with shares in (0, 1] summing to at most 1."""
+    try:
+        shares = [float(share) for share, _ in value]  # type: ignore[attr-defined]
+    except (TypeError, ValueError):
+        return False
+    return all(0 < s <= 1 for s in shares) and sum(shares) <= 1 + 1e-9
+
+
 def _check_params(values: Mapping[str, object]) -> None:
     """Raise ValueError `name=value must be ...` for the first of `values` (arguments of `synthetic` by name)
     out of range."""
@@ -246,6 +300,7 @@ def _check_params(values: Mapping[str, object]) -> None:
                     f"None or an integer from 1 to {len(TENANTS)}"),
         "users_per_tenant": (lambda v: is_int(v) and v >= 1, "an integer >= 1"),
         "max_duration_s": (lambda v: is_real(v) and v >= 1, "a finite number >= 1"),
+        "priorities": (_priorities_ok, "share:priority pairs with shares in (0, 1] summing to at most 1"),
     }  # fmt: skip
     for name, (ok, expected) in checks.items():
         if name in values and not ok(values[name]):
