@@ -18,7 +18,7 @@ from trimtab.cluster import Allocation, ClusterState
 from trimtab.metrics import Recorder
 from trimtab.model import Job, JobState, Node, Outcome
 from trimtab.policy import Observations
-from trimtab.profile import Profile
+from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.sim.data import assign_datasets
 from trimtab.sim.engine import Engine, Kind
@@ -92,10 +92,10 @@ class SimWorld:
     failures and what it observes into Scheduler calls. It is the FaultTarget its fault driver acts through."""
 
     def __init__(self, nodes: Sequence[Node], profile: Profile, config: SimConfig, speed: SpeedModel | None,
-                 total_jobs: int) -> None:
+                 total_jobs: int, registry: Registry | None = None) -> None:
         self.engine = Engine()
         self.cluster = ClusterState(nodes)
-        self.scheduler = Scheduler(self.cluster, profile, seed=config.seed)
+        self.scheduler = Scheduler(self.cluster, profile, registry, seed=config.seed)
         self.recorder = Recorder(self.cluster, config.window_s)
         self.config = config
         self.total_jobs = total_jobs
@@ -302,18 +302,19 @@ class SimWorld:
 
 def simulate(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile | str,
              config: SimConfig | None = None, speed: SpeedModel | None = None,
-             progress: Callable[[int, int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int, int], None] | None = None, registry: Registry | None = None) -> dict[str, Any]:
     """Replay `jobs` on a cluster of `nodes` under `profile` and return the run record (`summary`, `series`,
     `jobs`, and the `config` and `policy` it ran with). Every job must have a reference duration. `config` says
     which faults, run-time models and load swings apply; `speed`, if given, replaces the run-time models it names.
-    `progress`, if given, is called now and then with (jobs finished, jobs in all)."""
+    `progress`, if given, is called now and then with (jobs finished, jobs in all). `registry` names the plugins
+    the profile may use (default: the built-in ones), so a profile of one's own plugins runs as it will live."""
     config = config or SimConfig()
     profile = profile if isinstance(profile, Profile) else Profile.load(profile)
     jobs = apply_load(jobs, config.load, [Burst.parse(b) for b in config.bursts])
     dcfg = data_config(config.speed, config.seed)
     if dcfg is not None:
         jobs = assign_datasets(jobs, dcfg)
-    world = SimWorld(nodes, profile, config, speed, len(jobs))
+    world = SimWorld(nodes, profile, config, speed, len(jobs), registry)
     total_gpus = world.cluster.total_gpus
     for job in jobs:
         if job.duration_s is None:
