@@ -15,6 +15,13 @@ def _python_blocks(page: str) -> list[str]:
     return re.findall(r"```python\n(.*?)```", (DOCS / page).read_text(), flags=re.S)
 
 
+def test_the_library_example_of_the_readme_runs(capsys) -> None:  # type: ignore[no-untyped-def]
+    """README.md, "As a library": one 4-GPU job alone on 2x8 runs its hour (its JCT is printed)."""
+    [block] = _python_blocks("../README.md")
+    exec(compile(block, "README.md", "exec"), {})
+    assert capsys.readouterr().out.strip() == "3600.0"
+
+
 def test_the_plugin_example_of_the_architecture_page_runs() -> None:
     """docs/architecture.md, "Adding a plugin": a filter of one's own, registered and used by a profile, keeps the
     gang off the node it names (the example asserts where the gang lands)."""
