@@ -62,15 +62,6 @@ class ServeConfig:
         return self.db_url or sqlite_url(self.data_dir.expanduser() / "trimtab.db")
 
 
-def with_tenant_quotas(profile: Profile, quotas: dict[str, int | None]) -> Profile:
-    """The served profile: `profile` with the `quota` admission plugin counting the tenants' GPU quotas (whole
-    GPUs, shares counted in milli-GPU), read live from `quotas`. A profile that admits with `quota` already keeps
-    it where it is; otherwise it comes first, so the policy's own admission runs unchanged after it."""
-    admits_quota = any((ref if isinstance(ref, str) else next(iter(ref))) == "quota" for ref in profile.admit)
-    served = profile.with_args({"quota": {"tenant_gpus": quotas}})
-    return served if admits_quota else served.model_copy(update={"admit": ["quota", *profile.admit]})
-
-
 class Daemon:
     """The live world around one Scheduler. Every public method takes the daemon's lock, so the API's threads and
     the loop thread never interleave inside it; reads that need no scheduler state go to the store directly.
@@ -96,7 +87,8 @@ class Daemon:
         self.requests = Requests(self)
         self.registry = registry or default_registry()
         base = profile if isinstance(profile, Profile) else Profile.load(profile)
-        self.profile = with_tenant_quotas(base, self.requests.quotas)
+        # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) hold under every policy, read live
+        self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices = DeviceBook(inventory)
