@@ -1,18 +1,22 @@
 """Profiles and the plugin registry: which plugins run at each extension point, with their arguments.
 
-A profile comes from YAML or a built-in name and is checked when it loads."""
+A profile comes from YAML or a built-in name and is checked when it loads; `profile_for_manifests` composes the
+policy objects of Kubernetes manifests onto one, with a warning for each that it cannot honour."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from trimtab.policy import Plugin
+
+if TYPE_CHECKING:
+    from trimtab.formats.k8s import Manifests
 
 PluginFactory = Callable[..., Plugin]
 
@@ -96,6 +100,21 @@ class Profile(BaseModel):
             merged[name] = {**merged.get(name, {}), **values}
         return self.model_copy(update={"args": merged})
 
+    def enabled(self, point: str) -> set[str]:
+        """The names of the plugins enabled at `point` (admit, order, filter, score, place, preempt, backfill)."""
+        refs = getattr(self, point)
+        return {_split_ref(ref)[0] for ref in ([refs] if point == "place" else refs)}
+
+    def with_admission(self, name: str, args: Mapping[str, Any]) -> Profile:
+        """A copy in which plugin `name` admits, with `args` merged into its arguments (`args` wins). A profile
+        that admits with `name` already keeps it where it is; otherwise it admits first, so the policy's own
+        admission runs unchanged after it. The one way a limit that holds whatever the policy joins a profile:
+        the ResourceQuotas of manifests (`profile_for_manifests`) and the serve daemon's tenant GPU quotas."""
+        composed = self.with_args({name: args})
+        if name in self.enabled("admit"):
+            return composed
+        return composed.model_copy(update={"admit": [name, *self.admit]})
+
     @staticmethod
     def builtin_names() -> list[str]:
         folder = resources.files("trimtab") / "profiles"
@@ -127,3 +146,84 @@ class Profile(BaseModel):
         except ValidationError as exc:
             fields = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
             raise ValueError(f"profile {source}: {fields}") from exc
+
+
+# ------------------------------------------------------------------------------------------------- manifests
+
+
+def profile_for_manifests(profile: Profile, manifests: Manifests) -> tuple[Profile, list[str]]:
+    """`profile` with the policy objects of `manifests` composed onto it, and a warning for each object (or field
+    of one) that the profile cannot honour, naming the document and the field. Called wherever manifests meet a
+    profile (`simulate` and `compare` with `--manifests`); the caller runs the returned profile and shows the
+    warnings.
+
+    ResourceQuotas are admission under every profile, as the API server enforces them whatever scheduler runs:
+    their hard limits go to the `quota` plugin, which admits first when the profile does not admit with it (then
+    with hard limits only). What a policy chooses stays with the profiles that choose it: Volcano Queues' weights,
+    capability, borrowing and reclaim (`quota` admission and preemption, `drf` order), Reservations
+    (`reservation`), priority classes (`priority` order, priority preemption), taints, node and pod affinity (the
+    filters and scorers of those names)."""
+    composed = profile.with_args(manifests.profile_args())
+    if manifests.quotas and "quota" not in profile.enabled("admit"):
+        composed = composed.with_admission("quota", {"queues": []})  # hard limits only: shares are a policy's
+    return composed, _policy_warnings(profile, manifests) + _workload_warnings(profile, manifests)
+
+
+def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
+    """What the profile cannot honour of the Queues, PriorityClasses, Reservations and Node taints."""
+    admit, order, preempt = profile.enabled("admit"), profile.enabled("order"), profile.enabled("preempt")
+    name = profile.name
+    shares = "quota" in admit
+    out: list[str] = []
+    for q in manifests.queues:
+        where = f"Queue {q.name}"
+        if not shares and "drf" not in order:
+            out.append(f"{where}, field spec.weight: ignored, {name} shares no GPUs by queue (no quota admission, "
+                       "no drf order)")
+        if q.capability_gpus is not None and not shares:
+            out.append(f"{where}, field spec.capability: ignored, {name} does not admit by queue (no quota admission)")
+        if shares and q.reclaimable and "quota" not in preempt:
+            out.append(f"{where}, field spec.reclaimable: ignored, {name} lends idle GPUs but never reclaims them "
+                       "(no quota preemption)")
+    by_priority = "priority" in order or bool(preempt & {"lower-priority", "guarded"})
+    used = {job.priority_class for job in manifests.jobs}
+    for pc in manifests.priority_classes.values():
+        if pc.name not in used:
+            continue
+        if not by_priority:
+            out.append(f"PriorityClass {pc.name}, field value: ignored, {name} neither orders nor preempts by "
+                       "priority")
+        if not preempt and pc.preemption_policy == "PreemptLowerPriority":
+            out.append(f"PriorityClass {pc.name}, field preemptionPolicy (PreemptLowerPriority): ignored, {name} "
+                       "never preempts")
+    if "reservation" not in admit | profile.enabled("filter"):
+        out += [f"Reservation {r.name}, field spec: ignored, {name} has no reservation plugin"
+                for r in manifests.reservations]
+    if "taints" not in profile.enabled("filter"):
+        out += [f"Node {n.name}, field spec.taints: ignored, {name} has no taints filter"
+                for n in manifests.nodes if n.taints]
+    return out
+
+
+def _workload_warnings(profile: Profile, manifests: Manifests) -> list[str]:
+    """What the profile cannot honour of the workloads' placement constraints and preferences."""
+    filters, scorers = profile.enabled("filter"), profile.enabled("score")
+    out: list[str] = []
+    for job in manifests.jobs:
+        launch = manifests.launches[job.id]
+        spec = launch.pods[0].path
+        pa = job.pod_affinity
+        unhonoured = (
+            (bool(job.node_selector) and "node-selector" not in filters, "nodeSelector", "node-selector filter"),
+            (bool(job.node_affinity) and "node-affinity" not in filters,
+             "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution", "node-affinity filter"),
+            (bool(job.node_preferences) and "node-affinity" not in scorers,
+             "affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution", "node-affinity scorer"),
+            (pa is not None and bool(pa.required + pa.required_anti) and "pod-affinity" not in filters,
+             "affinity (required pod affinity or anti-affinity)", "pod-affinity filter"),
+            (pa is not None and bool(pa.preferred + pa.preferred_anti) and "pod-affinity" not in scorers,
+             "affinity (preferred pod affinity or anti-affinity)", "pod-affinity scorer"),
+        )
+        out += [f"{launch.kind} {job.id}, field {spec}.{field}: ignored, {profile.name} has no {plugin}"
+                for ignored, field, plugin in unhonoured if ignored]
+    return out

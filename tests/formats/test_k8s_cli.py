@@ -3,9 +3,11 @@
 import json
 from pathlib import Path
 
+import pytest
 from typer.testing import CliRunner
 
 from trimtab.cli import app
+from trimtab.profile import Profile
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "docs" / "examples" / "two-teams.yaml"
 runner = CliRunner()
@@ -86,3 +88,126 @@ spec: {containers: [{name: c, resources: {limits: {nvidia.com/gpu: 2}}}]}
     assert "reservation.demo-day.unused_gpu_s" in result.output
     unused = json.loads(out.read_text())["reservations"]["unused_gpu_s"]["demo-day"]
     assert unused == 6 * 7200
+
+
+QUOTA_OF_TWO = """
+apiVersion: v1
+kind: Node
+metadata: {name: n0}
+status: {capacity: {nvidia.com/gpu: "16", cpu: "64", memory: 512Gi}}
+---
+apiVersion: v1
+kind: ResourceQuota
+metadata: {name: gpus, namespace: team-a}
+spec: {hard: {requests.nvidia.com/gpu: "2"}}
+""" + "".join(f"""---
+apiVersion: v1
+kind: Pod
+metadata: {{name: p{i}, namespace: team-a, annotations: {{trimtab.io/duration: 1h}}}}
+spec: {{containers: [{{name: c, resources: {{limits: {{nvidia.com/gpu: 1}}}}}}]}}
+""" for i in range(12))
+
+
+def _most_runs_at_once(run: dict) -> int:
+    edges = sorted((t, sign) for j in run["jobs"] for r in j["runs"]  # one GPU each
+                   for t, sign in ((r["start"], 1), (r["end"], -1)))
+    held = most = 0
+    for _, change in edges:
+        held += change
+        most = max(most, held)
+    return most
+
+
+@pytest.mark.parametrize("policy", ["", *Profile.builtin_names()])
+def test_a_resource_quota_is_admission_under_every_policy(tmp_path, policy):
+    """The API server enforces a ResourceQuota whatever scheduler runs: twelve one-GPU pods in a namespace whose
+    quota is two GPUs never hold more than two at once, on a node of 16 idle GPUs, under the default policy and
+    every built-in one."""
+    m = tmp_path / "m.yaml"
+    m.write_text(QUOTA_OF_TWO)
+    out = tmp_path / "run.json"
+    result = runner.invoke(app, ["simulate", "--manifests", str(m), "--no-timing", "--out", str(out),
+                                 *(["--policy", policy] if policy else [])])
+    assert result.exit_code == 0, result.output
+    run = json.loads(out.read_text())
+    assert run["summary"]["jobs_completed"] == 12
+    assert _most_runs_at_once(run) == 2
+
+
+POLICY_OBJECTS = """
+apiVersion: v1
+kind: Node
+metadata: {name: n0}
+spec: {taints: [{key: dedicated, value: infer, effect: NoSchedule}]}
+status: {capacity: {nvidia.com/gpu: "8", cpu: "64", memory: 512Gi}}
+---
+apiVersion: v1
+kind: Node
+metadata: {name: n1, labels: {zone: a}}
+status: {capacity: {nvidia.com/gpu: "8", cpu: "64", memory: 512Gi}}
+---
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: research}
+spec: {weight: 3, capability: {nvidia.com/gpu: 4}}
+---
+apiVersion: scheduling.k8s.io/v1
+kind: PriorityClass
+metadata: {name: gold}
+value: 1000
+---
+apiVersion: trimtab.io/v1
+kind: Reservation
+metadata: {name: demo-day}
+spec: {gpus: 4, owner: {namespace: team-a}, start: 1h, end: 3h}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: p, namespace: team-a, annotations: {trimtab.io/duration: 1h}}
+spec:
+  priorityClassName: gold
+  affinity:
+    nodeAffinity:
+      preferredDuringSchedulingIgnoredDuringExecution:
+        - {weight: 10, preference: {matchExpressions: [{key: zone, operator: In, values: [a]}]}}
+  containers: [{name: c, resources: {limits: {nvidia.com/gpu: 1}}}]
+"""
+
+
+def test_what_the_policy_cannot_honour_is_a_warning_naming_the_document_and_field(tmp_path):
+    """Under fifo, the Queue's weight and capability, the PriorityClass's value and preemption, the Reservation,
+    the Node's taints and the pod's preferred node affinity have no plugin to honour them: each is a warning on
+    stderr naming the document and the field. Under tenants every one of them is honoured: no warning."""
+    m = tmp_path / "m.yaml"
+    m.write_text(POLICY_OBJECTS)
+    result = runner.invoke(app, ["simulate", "--manifests", str(m), "--no-timing", "--policy", "fifo"])
+    assert result.exit_code == 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    expected = [
+        "Queue research, field spec.weight: ignored",
+        "Queue research, field spec.capability: ignored",
+        "PriorityClass gold, field value: ignored",
+        "PriorityClass gold, field preemptionPolicy (PreemptLowerPriority): ignored, fifo never preempts",
+        "Reservation demo-day, field spec: ignored, fifo has no reservation plugin",
+        "Node n0, field spec.taints: ignored, fifo has no taints filter",
+        "Pod team-a/p, field spec.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution: ignored, "
+        "fifo has no node-affinity scorer",
+    ]
+    for text in expected:
+        assert sum(text in line for line in lines) == 1, (text, lines)
+    assert len(lines) == len(expected), lines
+    assert "warning:" not in result.stdout
+    result = runner.invoke(app, ["simulate", "--manifests", str(m), "--no-timing", "--policy", "tenants"])
+    assert result.exit_code == 0, result.output
+    assert "warning:" not in result.output
+
+
+def test_a_policy_that_lends_but_never_reclaims_warns_about_reclaimable_queues(tmp_path):
+    m = tmp_path / "m.yaml"
+    m.write_text(POLICY_OBJECTS)
+    result = runner.invoke(app, ["compare", "--manifests", str(m), "--no-timing", "--policies", "quota-fifo,steady",
+                                 "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    assert ("Queue research, field spec.reclaimable: ignored, quota-fifo lends idle GPUs but never reclaims them"
+            in result.stderr)
+    assert "Queue research, field spec.capability: ignored, steady does not admit by queue" in result.stderr

@@ -469,8 +469,46 @@ def test_after_a_crash_a_task_whose_node_is_gone_is_lost_and_its_job_runs_again(
     kept = x if lost == y else y
     world.cluster = "1x4"  # node-0001 is gone
     d = world.daemon()
-    assert world.runs(lost)[0].outcome == "node-gone"
+    assert world.runs(lost)[0].outcome == "node-lost"
     assert (world.job(kept).state, world.job(lost).state) == ("running", "pending")
     world.run(d, 200)
     assert (world.job(kept).state, world.job(lost).state) == ("completed", "completed")
     assert [r.node for r in world.runs(lost)] == ["node-0001", "node-0000"]
+
+
+def test_a_node_lost_under_a_running_gang_requeues_it_without_spending_a_retry(world: World) -> None:
+    """Failover: a gang of 2 x 2 GPUs without retries runs on node-0000 (of three 4-GPU nodes); the node fails
+    under it. The attempt ends as lost with its node, the job goes back to the queue with no failure counted, runs
+    again on the others and completes. Only the job's own non-zero exits count against its retries."""
+    world.cluster = "3x4"
+    d = world.daemon()
+    jid, _ = d.requests.submit(spec("sleep 10", gpus=2, tasks=2), ADMIN)
+    world.run(d, 1)
+    first = world.runs(jid)
+    assert [r.node for r in first] == ["node-0000", "node-0000"]
+    world.fake.lose_node("node-0000")
+    world.run(d, 1)
+    row = world.job(jid)
+    assert (row.state, row.attempts, row.failures) == ("running", 2, 0)
+    assert [r.outcome for r in world.runs(jid)[:2]] == ["node-lost", "node-lost"]
+    assert "node-0000" not in {r.node for r in world.runs(jid)[2:]}
+    world.run(d, 11)
+    row = world.job(jid)
+    assert (row.state, row.attempts, row.failures, row.max_retries) == ("completed", 2, 0, 0)
+
+
+def test_a_gang_split_over_two_nodes_loses_one_and_stops_the_other_task(world: World) -> None:
+    """A gang of 2 x 4 GPUs spans two nodes; one node fails: the task on the survivor is stopped (the gang lives
+    or dies whole), both runs are node-lost, and the job runs again where it fits, not counted as failed."""
+    world.cluster = "3x4"
+    d = world.daemon()
+    jid, _ = d.requests.submit(spec("sleep 10", gpus=4, tasks=2), ADMIN)
+    world.run(d, 1)
+    lost_node = world.runs(jid)[1].node
+    world.fake.lose_node(lost_node)
+    world.run(d, 8)  # the survivor's task is stopped after the grace period
+    assert [r.outcome for r in world.runs(jid)[:2]] == ["node-lost", "node-lost"]
+    row = world.job(jid)
+    assert (row.state, row.attempts, row.failures) == ("running", 2, 0)
+    world.run(d, 11)
+    assert (world.job(jid).state, world.job(jid).failures) == ("completed", 0)

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from trimtab.serve.executors.base import Adoption, TaskExit, TaskLaunch
-from trimtab.serve.executors.local import LocalExecutor, process_start_ticks
+from trimtab.serve.executors.local import LocalExecutor, boot_id, process_start_ticks
 
 
 def launch_of(tmp: Path, run_id: str, argv: list[str], env: dict[str, str] | None = None) -> TaskLaunch:
@@ -119,6 +119,20 @@ def test_a_recycled_pid_is_not_mistaken_for_the_task(tmp_path: Path) -> None:
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_task_whose_machine_restarted_under_it_is_lost_with_its_node(tmp_path: Path) -> None:
+    """The handle says the task was launched in another boot of the machine and no exit code was written: the
+    machine went down under it, which is the cluster's failure, not the task's (reported lost). Killed in this
+    boot, without an exit code, it is an ending of its own."""
+    task = launch_of(tmp_path, "1.1.0", ["true"])
+    task.run_dir.mkdir(parents=True)
+    gone = {"pid": 2**22 + 1, "start_ticks": 1}  # above pid_max: no such process
+    ex = LocalExecutor()
+    assert ex.adopt(task, {**gone, "boot_id": "an-earlier-boot"}) is Adoption.ENDED
+    assert wait_exits(ex, 1) == [TaskExit("1.1.0", None, "the machine restarted under it", lost=True)]
+    assert ex.adopt(task, {**gone, "boot_id": boot_id()}) is Adoption.ENDED
+    assert wait_exits(ex, 1) == [TaskExit("1.1.0", None, "killed or vanished")]
 
 
 def test_a_task_launched_just_before_a_crash_is_found_without_a_handle(tmp_path: Path) -> None:

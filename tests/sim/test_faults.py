@@ -158,3 +158,21 @@ def test_the_command_line_takes_faults_speed_load_and_bursts_and_repeats_itself(
     bad = runner.invoke(app, ["compare", "--cluster", "1x8", "--workload", "synthetic:jobs=5", "--faults",
                               "node-mtbf=soon"])
     assert bad.exit_code == 2 and "node-mtbf" in bad.output
+
+
+def test_a_node_lost_under_a_running_gang_requeues_it_without_spending_a_retry(tmp_path):
+    """Failover: a gang of 12 one-GPU tasks spans n000 and n001 (8 GPUs each) with no retries allowed; n000 fails
+    under it. The attempt is the cluster's failure, not the job's: the gang is queued again at once, runs whole on
+    the healthy nodes and completes. By contrast, a job that fails on its own with no retries ends FAILED: only the
+    job's own failures count."""
+    gang = job("gang", gpus=12, duration_s=1000.0, max_retries=0)
+    result = run(tmp_path, nodes(3), [gang], "schedule: [{at: 100s, kind: node, target: n000, for: 10h}]",
+                 checkpoint_s=0.0, policy="fifo")
+    rec = by_id(result)["gang"]
+    first, second = rec["runs"]
+    assert first["nodes"] == ["n000", "n001"] and first["outcome"] == "node-failed"
+    assert second["start"] == 100.0 and "n000" not in second["nodes"] and second["outcome"] == "completed"
+    assert (rec["state"], rec["attempts"]) == ("completed", 2)
+    assert (result["summary"]["jobs_failed"], result["summary"]["jobs_lost"]) == (0, 0)
+    own = run(tmp_path, nodes(1), [job("x", max_retries=0)], "job-fail: 0.9999\n")
+    assert by_id(own)["x"]["state"] == "failed" and by_id(own)["x"]["attempts"] == 1

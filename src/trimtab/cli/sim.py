@@ -11,13 +11,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from trimtab.cli.common import console, fail, write_json
+from trimtab.cli.common import console, errors, fail, write_json
 
 if TYPE_CHECKING:
+    from trimtab.formats.k8s import Manifests
     from trimtab.model import Job, Node
+    from trimtab.profile import Profile
     from trimtab.sim.run import SimConfig
 
 commands = typer.Typer()
@@ -62,25 +65,42 @@ def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], lis
 
 
 def load_inputs_with_manifests(cluster: str, workload: str, manifests: Path | None,
-                               seed: int) -> tuple[list[Node], list[Job], dict[str, dict[str, Any]]]:
-    """Nodes, jobs and plugin arguments: from `--cluster` and `--workload`, or from manifests (plus any nodes of
-    `--cluster`). Manifest warnings are printed."""
+                               seed: int) -> tuple[list[Node], list[Job], Manifests | None]:
+    """Nodes and jobs from `--cluster` and `--workload`, or from manifests (plus any nodes of `--cluster`), with
+    the manifests read (None without). The reader's warnings are printed on stderr."""
     if manifests is None:
         if not cluster or not workload:
             raise ValueError("give --cluster and --workload, or --manifests")
-        return *load_inputs(cluster, workload, seed), {}
+        return *load_inputs(cluster, workload, seed), None
     from trimtab.formats.cluster import load_cluster
     from trimtab.formats.k8s import load_manifests
 
     if workload:
         raise ValueError("--workload cannot be combined with --manifests (the manifests hold the workload)")
     m = load_manifests(manifests)
-    for warning in m.warnings:
-        console.print(f"[yellow]warning:[/yellow] {warning}")
+    _warn(m.warnings)
     nodes = m.nodes + (load_cluster(cluster) if cluster else [])
     if not nodes:
         raise ValueError(f"{manifests}: no Node manifests; add nodes with --cluster")
-    return nodes, m.jobs, m.profile_args()
+    return nodes, m.jobs, m
+
+
+def load_profile(policy: str, manifests: Manifests | None) -> Profile:
+    """The profile a run uses: `policy` with the manifests' policy objects composed onto it (ResourceQuotas are
+    admission under every policy); what the policy cannot honour of them is printed on stderr."""
+    from trimtab.profile import Profile, profile_for_manifests
+
+    profile = Profile.load(policy)
+    if manifests is None:
+        return profile
+    profile, warnings = profile_for_manifests(profile, manifests)
+    _warn(warnings)
+    return profile
+
+
+def _warn(warnings: list[str]) -> None:
+    for warning in warnings:
+        errors.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
 def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
@@ -107,12 +127,11 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
                  burst: BurstOpt = None, manifests: ManifestsOpt = None) -> None:
     """Replay a workload on a cluster under one policy and print the summary metrics."""
-    from trimtab.profile import Profile
     from trimtab.sim.run import SimConfig, simulate
 
     try:
-        nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, seed)
-        profile = Profile.load(policy).with_args(plugin_args)
+        nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, seed)
+        profile = load_profile(policy, read)
         cluster = cluster or str(manifests)
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
                            timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
@@ -171,13 +190,12 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
 def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | None, config: SimConfig,
              workers: int | None, manifests: Path | None = None,
              ray_address: str | None = None) -> dict[str, dict[str, Any]]:
-    from trimtab.profile import Profile
     from trimtab.report import write_report
     from trimtab.sim.compare import compare
 
     try:
-        nodes, jobs, plugin_args = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
-        profiles = [Profile.load(p).with_args(plugin_args) for p in policies]
+        nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
+        profiles = [load_profile(p, read) for p in policies]
         cluster, workload = cluster or str(manifests), workload or str(manifests)
     except (ValueError, OSError) as exc:
         fail(str(exc))

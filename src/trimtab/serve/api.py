@@ -158,7 +158,8 @@ def _add_submit(app: FastAPI, daemon: Daemon) -> None:
 
     submit_body = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")},
-        "application/yaml": {"schema": {"type": "string", "description": "a v1 Pod or batch/v1 Job manifest"}},
+        "application/yaml": {"schema": {"type": "string", "description": "one workload manifest: a v1 Pod, a "
+                                        "batch/v1 Job, a Volcano Job, or a PodGroup with its pods"}},
     }}}
 
     @app.post("/v1/jobs", status_code=201, openapi_extra=submit_body, tags=["jobs"],

@@ -33,7 +33,7 @@ class Attempt:
     launched: bool = False
     live: dict[str, Run] = field(default_factory=dict)
     codes: dict[int, int | None] = field(default_factory=dict)
-    stop_reason: str = ""  # "", "failed" (a task failed), "preempted", "cancelled", "restart"
+    stop_reason: str = ""  # "", "failed" (a task failed), "node-lost", "preempted", "cancelled", "restart"
     master_port: int = 0  # the gang's rendezvous port, one for all its tasks
     failed_code: int | None = None  # exit code of the task whose failure ended the attempt
     failed_detail: str = ""  # what the executor said about it (e.g. "could not start: ...")

@@ -2,7 +2,8 @@
 submission and every state change committed to the store before it is acted on.
 
 Owns the lock, the loop and the rules for attempts: a gang's attempt succeeds when every task exits 0; any other
-exit ends the attempt, retried as the job's `retries` say. Requests, recovery, the device book and launching are
+exit ends the attempt, retried as the job's `retries` say; a task lost with its node ends the attempt too, which is
+then requeued without counting against the retries (failover). Requests, recovery, the device book and launching are
 its collaborators (requests.py, recovery.py, devices.py, launch.py)."""
 
 from __future__ import annotations
@@ -62,15 +63,6 @@ class ServeConfig:
         return self.db_url or sqlite_url(self.data_dir.expanduser() / "trimtab.db")
 
 
-def with_tenant_quotas(profile: Profile, quotas: dict[str, int | None]) -> Profile:
-    """The served profile: `profile` with the `quota` admission plugin counting the tenants' GPU quotas (whole
-    GPUs, shares counted in milli-GPU), read live from `quotas`. A profile that admits with `quota` already keeps
-    it where it is; otherwise it comes first, so the policy's own admission runs unchanged after it."""
-    admits_quota = any((ref if isinstance(ref, str) else next(iter(ref))) == "quota" for ref in profile.admit)
-    served = profile.with_args({"quota": {"tenant_gpus": quotas}})
-    return served if admits_quota else served.model_copy(update={"admit": ["quota", *profile.admit]})
-
-
 class Daemon:
     """The live world around one Scheduler. Every public method takes the daemon's lock, so the API's threads and
     the loop thread never interleave inside it; reads that need no scheduler state go to the store directly.
@@ -96,7 +88,8 @@ class Daemon:
         self.requests = Requests(self)
         self.registry = registry or default_registry()
         base = profile if isinstance(profile, Profile) else Profile.load(profile)
-        self.profile = with_tenant_quotas(base, self.requests.quotas)
+        # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) hold under every policy, read live
+        self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices = DeviceBook(inventory)
@@ -245,15 +238,16 @@ class Daemon:
                 att = run.attempt
                 att.live.pop(run.run_id, None)
                 att.codes[run.rank] = ex.exit_code
-                outcome = att.stop_reason or ("completed" if ex.exit_code == 0 else "failed")
-                s.execute(update(RunRow).where(RunRow.id == run.row_id).values(
-                    state="exited", end_s=now_s, exit_code=ex.exit_code, outcome=outcome))
                 current = self.attempts.get(att.job_id) is att
                 if current and ex.exit_code != 0 and not att.stop_reason:
-                    att.stop_reason, att.failed_code, att.failed_detail = "failed", ex.exit_code, ex.detail
+                    att.stop_reason = "node-lost" if ex.lost else "failed"
+                    att.failed_code, att.failed_detail = ex.exit_code, ex.detail
                     # a gang lives or dies whole: stop the other tasks
                     for other in att.live.values():
                         self.executor.stop(other.run_id, self.grace_s)
+                outcome = att.stop_reason or ("completed" if ex.exit_code == 0 else "failed")
+                s.execute(update(RunRow).where(RunRow.id == run.row_id).values(
+                    state="exited", end_s=now_s, exit_code=ex.exit_code, outcome=outcome))
                 if current and not att.live and len(att.codes) >= att.alloc.tasks:
                     done.append(att)
         for att in done:
@@ -273,6 +267,9 @@ class Daemon:
                 state, reason = JobState.CANCELLED, "cancelled by request"
             elif att.stop_reason == "" and all(c == 0 for c in codes):
                 state, reason = JobState.COMPLETED, ""
+            elif att.stop_reason == "node-lost":  # the cluster's failure, not the job's: no retry is spent
+                state = JobState.PENDING
+                reason = f"attempt {att.number} lost its node ({att.failed_detail}); requeued"
             else:
                 row.failures += 1
                 reason = f"attempt {att.number} failed: exit code {failed_code}" if failed_code is not None \

@@ -81,7 +81,7 @@ class Recovery:
         open_runs: dict[int, list[RunRow]] = {}
         for run in s.scalars(select(RunRow).where(RunRow.state != "exited").order_by(RunRow.id)):
             if run.node not in self.scheduler.cluster.index:  # its node left: nothing to adopt
-                run.state, run.outcome, run.end_s = "exited", "node-gone", now_s
+                run.state, run.outcome, run.end_s = "exited", "node-lost", now_s
                 self.found.counts["lost with their node"] += 1
                 continue
             open_runs.setdefault(run.job_id, []).append(run)

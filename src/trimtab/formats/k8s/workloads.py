@@ -74,11 +74,12 @@ class PodRun:
 
 @dataclass(frozen=True, slots=True)
 class Launch:
-    """What the live service needs beside the model Job to run one workload: the workload's document, its
-    namespace as written (None when left out: the submitter's own), the pods in task order, and the annotations
-    (the workload document's over its first pod's)."""
+    """What the live service needs beside the model Job to run one workload: the workload's document and kind,
+    its namespace as written (None when left out: the submitter's own), the pods in task order, and the
+    annotations (the workload document's over its first pod's)."""
 
     source: str
+    kind: str
     namespace: str | None
     pods: tuple[PodRun, ...]
     annotations: Mapping[str, str]
@@ -255,8 +256,8 @@ class WorkloadReader:
         self.specified[job_id] = {k: all(p.specified[k] for p in pods) for k in first.specified}
         self.sources[job_id] = doc.source
         namespace = (doc.data.get("metadata") or {}).get("namespace")
-        self.launches[job_id] = Launch(doc.source, str(namespace) if namespace else None, tuple(p.run for p in pods),
-                                       {**first.run.annotations, **own})
+        self.launches[job_id] = Launch(doc.source, doc.kind, str(namespace) if namespace else None,
+                                       tuple(p.run for p in pods), {**first.run.annotations, **own})
         self.jobs.append(Job(
             id=job_id, submit_s=submit, tasks=len(pods), task=task, duration_s=duration, tenant=doc.namespace,
             priority=pc.value if pc else 0, node_selector=first.node_selector, queue=queue,

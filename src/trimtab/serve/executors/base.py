@@ -42,11 +42,16 @@ class TaskLaunch:
 @dataclass(frozen=True, slots=True)
 class TaskExit:
     """A task ended. `exit_code` 0 is success; None means it vanished or was killed by a signal, which the daemon
-    treats like any non-zero code (a failed attempt, unless the daemon itself asked it to stop)."""
+    treats like any non-zero code (a failed attempt, unless the daemon itself asked it to stop).
+
+    `lost`: the task ended with its node, not by its own exit (a Ray worker gone under it, the machine restarted
+    under it); `exit_code` is then None. The daemon requeues such an attempt without counting it against the
+    job's retries (failover, as Slurm requeues on node failure): only the job's own endings count."""
 
     run_id: str
     exit_code: int | None
     detail: str = ""
+    lost: bool = False
 
 
 class Adoption(StrEnum):
@@ -74,7 +79,9 @@ class Executor(ABC):
     stop(run_id, grace_s) ask the task to end (SIGTERM or equivalent) and end it forcibly after `grace_s`;
                           its exit is still reported through poll(). Unknown ids are ignored.
     poll()                the tasks that ended since the last call, each reported exactly once. A task is reported
-                          only once nothing of it can still hold its GPUs.
+                          only once nothing of it can still hold its GPUs. A task lost with its node is reported
+                          with `lost` set (and only such a task: an executor that cannot tell reports a plain
+                          exit, which counts against the job's retries).
     adopt(task, handle)   after a daemon restart, for every task the store says may be running (`handle` None
                           if the crash came before it was recorded). Must not mistake a different process (a
                           recycled pid) for the task. Returns an Adoption.

@@ -25,9 +25,10 @@ class FakeTask:
 class FakeExecutor(Executor):
     """Tasks end at `started + duration_s(argv)` with `exit_code(argv)`, or when the test calls `end(run_id)`.
     A stop ends the task after `grace_s` with code None (killed). The same instance given to a new daemon acts as
-    processes that survived the old daemon; `lose(run_id)` makes a task vanish (as if its process was killed).
-    Nodes come and go as the test says: each `node_changes()` answers the next of `node_reports` (then no
-    changes); a node that joins must be in `inventory`."""
+    processes that survived the old daemon; `lose(run_id)` makes a task vanish (as if its process was killed);
+    `lose_node(name)` ends every task of that node as lost with it and reports the node gone. Nodes come and go
+    as the test says: each `node_changes()` answers the next of `node_reports` (then no changes); a node that
+    joins must be in `inventory`."""
 
     clock: Callable[[], float]
     duration_s: Callable[[tuple[str, ...]], float | None] = lambda argv: None
@@ -70,6 +71,14 @@ class FakeExecutor(Executor):
     def lose(self, run_id: str) -> None:
         """The task's process disappears without a trace (no exit to report after a restart)."""
         self.tasks.pop(run_id)
+
+    def lose_node(self, name: str) -> None:
+        """The node `name` fails: its tasks end as lost with it, and the next `node_changes()` reports it gone."""
+        for run_id, task in list(self.tasks.items()):
+            if task.launch.node == name:
+                del self.tasks[run_id]
+                self._ended.append(TaskExit(run_id, None, f"node {name} lost", lost=True))
+        self.node_reports.insert(0, ([name], []))
 
     def running_ids(self) -> list[str]:
         return sorted(self.tasks)

@@ -1,7 +1,8 @@
 """The local executor: one process group per task on this machine, pinned to its GPUs by CUDA_VISIBLE_DEVICES.
 
 Each task runs under a tiny /bin/sh wrapper that writes its pid and, at the end, its exit code into the task's
-run folder, so a task that ends while the daemon is down still tells how it ended."""
+run folder, so a task that ends while the daemon is down still tells how it ended. A task whose machine restarted
+under it (another boot id than at its launch) is reported lost with its node."""
 
 from __future__ import annotations
 
@@ -27,6 +28,14 @@ WRAPPER = (
     'echo $rc > "$D/exit.tmp" && mv "$D/exit.tmp" "$D/exit"; exit $rc'
 )
 RUN_ID_VAR = "TRIMTAB_RUN_ID"
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # changes at every boot of the machine
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
 
 
 def process_start_ticks(pid: int) -> int | None:
@@ -96,6 +105,7 @@ class _Tracked:
     kill_at_s: float | None = None
     ended_code: int | None = None
     ended: bool = False
+    lost: bool = False  # gone without an exit code across a restart of the machine: lost with its node
 
 
 class LocalExecutor(Executor):
@@ -136,7 +146,7 @@ class LocalExecutor(Executor):
             )
         ticks = process_start_ticks(popen.pid)
         self._tasks[task.run_id] = _Tracked(popen.pid, ticks, task.run_dir, popen)
-        return {"pid": popen.pid, "start_ticks": ticks}
+        return {"pid": popen.pid, "start_ticks": ticks, "boot_id": boot_id()}
 
     def stop(self, run_id: str, grace_s: float) -> None:
         tracked = self._tasks.get(run_id)
@@ -158,7 +168,10 @@ class LocalExecutor(Executor):
                     continue
             code = self._exit_code(tracked)
             del self._tasks[run_id]
-            exits.append(TaskExit(run_id, code, "" if code is not None else "killed or vanished"))
+            if tracked.lost and code is None:
+                exits.append(TaskExit(run_id, None, "the machine restarted under it", lost=True))
+            else:
+                exits.append(TaskExit(run_id, code, "" if code is not None else "killed or vanished"))
         return exits
 
     def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption:
@@ -181,6 +194,8 @@ class LocalExecutor(Executor):
         alive = pid is not None and ticks is not None and process_start_ticks(pid) == ticks
         if not alive:
             tracked.ended = True
+            launched_boot = handle.get("boot_id") if handle is not None else None
+            tracked.lost = bool(launched_boot) and launched_boot != boot_id()
         self._tasks[task.run_id] = tracked
         return Adoption.RUNNING if alive else Adoption.ENDED
 

@@ -118,8 +118,8 @@ class RayExecutor(Executor):
 
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
-    actor dies (its node is gone) is reported with exit code None. `log_dir` is the folder on the nodes where
-    tasks' output is kept until read (default `TRIMTAB_RAY_LOG_DIR` or /tmp/trimtab-ray).
+    actor dies is reported with exit code None, as lost (`TaskExit.lost`) when its node is gone. `log_dir` is the
+    folder on the nodes where tasks' output is kept until read (default `TRIMTAB_RAY_LOG_DIR` or /tmp/trimtab-ray).
 
     The server joins the cluster through one Ray node of its machine (`node_ip` chooses it). If that node leaves
     the cluster, Ray ends this driver's job and drops what it exported (the actor class): `node_changes` then
@@ -266,7 +266,10 @@ class RayExecutor(Executor):
                 else:
                     self._release_gang(run_id)
                 del self._tasks[run_id]
-                exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail))
+                # lost with its node only when the node is known gone: an actor that died on a live node (e.g.
+                # killed by Ray for the memory its task used) ends the attempt as the job's own failure
+                lost = tracked.lost_at_s is not None and tracked.node not in self._alive
+                exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail, lost=lost))
         return exits
 
     def _check_start(self, run_id: str, tracked: _Tracked, now_s: float) -> None:
