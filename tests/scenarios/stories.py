@@ -8,7 +8,7 @@ from typing import Any
 import yaml
 
 from trimtab.formats.k8s import Manifests, load_manifests
-from trimtab.profile import Profile
+from trimtab.profile import Profile, profile_for_manifests
 from trimtab.sim.run import SimConfig, simulate
 
 
@@ -50,7 +50,7 @@ def manifests(*docs: dict[str, Any]) -> Manifests:
 
 
 def run(m: Manifests, policy: str | Profile, **config: Any) -> dict[str, Any]:
-    profile = (policy if isinstance(policy, Profile) else Profile.load(policy)).with_args(m.profile_args())
+    profile, _ = profile_for_manifests(policy if isinstance(policy, Profile) else Profile.load(policy), m)
     return simulate(m.nodes, m.jobs, profile, SimConfig(timing=False, **config))
 
 

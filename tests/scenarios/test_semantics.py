@@ -63,15 +63,10 @@ def profiles_without(plugin: str) -> list[str]:
 
 VICTIM_SEARCH = ("waits for the one node-aware, gang-aware victim search (issue 14): today's search counts free GPUs "
                  "cluster-wide, evicts where the freed GPUs cannot join the free ones, and the preemption is dropped")
-QUOTA_ADMISSION = ("waits for ResourceQuota as admission under every policy (issue 14): this profile has no quota "
-                   "admission")
 # (scenario glob, profiles, reason): the cases today's code gets wrong
 KNOWN_GAPS: list[tuple[str, list[str], str]] = [
     ("preempt-scattered-free-gpus", ["priority", "tenants"], VICTIM_SEARCH),
     ("preempt-gang-scattered", ["priority", "tenants"], VICTIM_SEARCH),
-    ("preempt-equal-priority-waits", ["steady"],
-     "no fix under way: steady also preempts within a priority class by attained service (Tiresias's LAS queues), "
-     "which Kubernetes never does"),
     ("gang-min-*", ALL_PROFILES, "no fix under way: an elastic gang (minMember below its pods) is not modelled; all "
      "its pods start together"),
     ("taint-prefer-no-schedule", ALL_PROFILES, "no fix under way: no plugin scores PreferNoSchedule taints, so a pod "
@@ -79,7 +74,6 @@ KNOWN_GAPS: list[tuple[str, list[str], str]] = [
     ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "
      "per cycle, so jobs arriving together all go to one queue, and its borrowed GPUs are not reclaimed until "
      "something else happens"),
-    ("quota-*", profiles_without("quota"), QUOTA_ADMISSION),
     ("taint-*", profiles_without("taints"),
      "no fix under way: this profile has no taints filter: taints are ignored, silently"),
     ("cordon-*", profiles_without("taints"),
