@@ -22,20 +22,24 @@ class Column:
         return self.fmt.format(value)
 
 
-COLUMNS: tuple[Column, ...] = (
-    Column("jobs_completed", "done", "max", "{:d}"),
-    Column("avg_jct_s", "avg JCT s", "min", "{:.0f}"),
-    Column("p50_jct_s", "p50 JCT s", "min", "{:.0f}"),
-    Column("p99_jct_s", "p99 JCT s", "min", "{:.0f}"),
-    Column("avg_wait_s", "avg wait s", "min", "{:.0f}"),
-    Column("throughput_cv", "thru CV", "min", "{:.3f}"),
-    Column("goodput_cv", "goodput CV", "min", "{:.3f}"),
-    Column("gpu_util", "GPU util", "max", "{:.3f}"),
-    Column("backlogged_util", "util|backlog", "max", "{:.3f}"),
-    Column("starvation_rate", "starved", "min", "{:.3f}"),
-    Column("preemptions", "preempt", "min", "{:d}"),
-    Column("wasted_gpu_hours", "wasted GPU h", "min", "{:.1f}"),
-    Column("sched_cycle_p99_ms", "cycle p99 ms", "min", "{:.2f}"),
+# key | label | better | format: one row per column of the table, in order
+_COLUMN_ROWS = """
+jobs_completed     | done         | max | {:d}
+avg_jct_s          | avg JCT s    | min | {:.0f}
+p50_jct_s          | p50 JCT s    | min | {:.0f}
+p99_jct_s          | p99 JCT s    | min | {:.0f}
+avg_wait_s         | avg wait s   | min | {:.0f}
+throughput_cv      | thru CV      | min | {:.3f}
+goodput_cv         | goodput CV   | min | {:.3f}
+gpu_util           | GPU util     | max | {:.3f}
+backlogged_util    | util|backlog | max | {:.3f}
+starvation_rate    | starved      | min | {:.3f}
+preemptions        | preempt      | min | {:d}
+wasted_gpu_hours   | wasted GPU h | min | {:.1f}
+sched_cycle_p99_ms | cycle p99 ms | min | {:.2f}
+"""
+COLUMNS: tuple[Column, ...] = tuple(
+    Column(*(cell.strip() for cell in row.split(" | "))) for row in _COLUMN_ROWS.strip().splitlines()  # type: ignore[arg-type]
 )
 
 
