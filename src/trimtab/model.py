@@ -213,6 +213,9 @@ class Job:
     pod_affinity: PodAffinity | None = None
     # preferred node affinity: (weight 1..100, expressions ANDed as in node_affinity)
     node_preferences: tuple[tuple[int, tuple[tuple[str, str, tuple[str, ...]], ...]], ...] = ()
+    # a pod of a gang beyond its minimum (PodGroup minMember, Volcano minAvailable): the id of that gang's Job,
+    # before whose first start this one may not start (plugins/gang.py); None: no such bond
+    after: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.tasks * self.task.gpus)
@@ -224,4 +227,6 @@ class Job:
             raise ValueError(f"job {self.id}: submit_s must be >= 0, got {self.submit_s}")
         if self.duration_s is not None and self.duration_s < 0:
             raise ValueError(f"job {self.id}: duration_s must be >= 0, got {self.duration_s}")
+        if self.after == self.id:
+            raise ValueError(f"job {self.id}: a job cannot start after itself")
 

@@ -159,13 +159,17 @@ def profile_for_manifests(profile: Profile, manifests: Manifests) -> tuple[Profi
 
     ResourceQuotas are admission under every profile, as the API server enforces them whatever scheduler runs:
     their hard limits go to the `quota` plugin, which admits first when the profile does not admit with it (then
-    with hard limits only). What a policy chooses stays with the profiles that choose it: Volcano Queues' weights,
-    capability, borrowing and reclaim (`quota` admission and preemption, `drf` order), Reservations
-    (`reservation`), priority classes (`priority` order, priority preemption), taints, node and pod affinity (the
-    filters and scorers of those names)."""
+    with hard limits only). So is the gang rule of a PodGroup or Volcano Job whose minimum is below its pods: the
+    `min-member` plugin admits first, holding the pods beyond the minimum until their gang has started. What a
+    policy chooses stays with the profiles that choose it: Volcano Queues' weights, capability, borrowing and
+    reclaim (`quota` admission and preemption, `drf` order), Reservations (`reservation`), priority classes
+    (`priority` order, priority preemption), taints, node and pod affinity (the filters and scorers of those
+    names)."""
     composed = profile.with_args(manifests.profile_args())
     if manifests.quotas and "quota" not in profile.enabled("admit"):
         composed = composed.with_admission("quota", {"queues": []})  # hard limits only: shares are a policy's
+    if any(job.after is not None for job in manifests.jobs):
+        composed = composed.with_admission("min-member", {})
     return composed, _policy_warnings(profile, manifests) + _workload_warnings(profile, manifests)
 
 

@@ -183,6 +183,40 @@ spec:
     assert job.tolerations == (("dedicated", "Equal", "gpu", "NoSchedule"),)
 
 
+def test_a_pod_group_below_its_pods_is_a_gang_of_min_member_and_one_job_per_further_pod():
+    pods = "---".join(pod(f"w{i}", annotations="{scheduling.k8s.io/group-name: g, trimtab.io/duration: 1h}")
+                      for i in range(4))
+    m = load(GROUP.format(api="scheduling.volcano.sh/v1beta1", min_member=2) + pods)
+    gang, *followers = m.jobs
+    assert (gang.id, gang.tasks, gang.after, gang.queue) == ("team-a/g", 2, None, "research")
+    assert [(j.id, j.tasks, j.after, j.queue, j.duration_s) for j in followers] == [
+        ("team-a/w2", 1, "team-a/g", "research", 3600.0), ("team-a/w3", 1, "team-a/g", "research", 3600.0)]
+    assert [len(m.launches[j.id].pods) for j in m.jobs] == [2, 1, 1]
+    assert m.launches["team-a/w3"].pods[0].source.endswith("Pod w3")
+    assert m.warnings == []
+
+
+def test_a_volcano_job_below_its_replicas_follows_its_gang_with_pods_named_as_volcano_names_them():
+    m = load("""
+apiVersion: batch.volcano.sh/v1alpha1
+kind: Job
+metadata: {name: train, namespace: team-b}
+spec:
+  minAvailable: 2
+  priorityClassName: system-cluster-critical
+  tasks:
+  - name: master
+    template: {spec: {containers: [{name: m, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]}}
+  - replicas: 3
+    template: {spec: {containers: [{name: w, image: i, resources: {limits: {nvidia.com/gpu: 1}}}]}}
+""")
+    assert [(j.id, j.tasks, j.after, j.priority_class) for j in m.jobs] == [
+        ("team-b/train", 2, None, "system-cluster-critical"),
+        ("team-b/train-default1-1", 1, "team-b/train", "system-cluster-critical"),
+        ("team-b/train-default1-2", 1, "team-b/train", "system-cluster-critical")]
+    assert m.warnings == []
+
+
 def test_nodes_queues_and_reservations():
     m = load("""
 apiVersion: v1

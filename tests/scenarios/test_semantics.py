@@ -67,8 +67,6 @@ VICTIM_SEARCH = ("waits for the one node-aware, gang-aware victim search (issue 
 KNOWN_GAPS: list[tuple[str, list[str], str]] = [
     ("preempt-scattered-free-gpus", ["priority", "tenants"], VICTIM_SEARCH),
     ("preempt-gang-scattered", ["priority", "tenants"], VICTIM_SEARCH),
-    ("gang-min-*", ALL_PROFILES, "no fix under way: an elastic gang (minMember below its pods) is not modelled; all "
-     "its pods start together"),
     ("taint-prefer-no-schedule", ALL_PROFILES, "no fix under way: no plugin scores PreferNoSchedule taints, so a pod "
      "may land on the tainted node while an untainted one is free"),
     ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "

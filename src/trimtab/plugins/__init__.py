@@ -9,6 +9,7 @@ from trimtab.plugins import (
     backfill,
     filters,
     fragmentation,
+    gang,
     health,
     locality,
     order,
@@ -19,7 +20,8 @@ from trimtab.plugins import (
 )
 from trimtab.profile import Registry
 
-MODULES = (order, filters, place, preempt, backfill, health, locality, tenancy, score, fragmentation, affinity)
+MODULES = (order, filters, place, preempt, backfill, health, locality, tenancy, score, fragmentation, affinity,
+           gang)
 
 
 def default_registry() -> Registry:

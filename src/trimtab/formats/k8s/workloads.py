@@ -6,7 +6,7 @@ turn one or more pods into one Job, with a Launch beside it for the live service
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
@@ -121,9 +121,10 @@ class WorkloadReader:
         self.specified: dict[str, dict[str, bool]] = {}
 
     def read_pods_and_groups(self, pod_docs: list[Doc], group_docs: list[Doc]) -> None:
-        """A pod that names no PodGroup is a job of one task; the pods naming a PodGroup are its gang."""
+        """A pod that names no PodGroup is a job of one task; the pods naming a PodGroup are its gang (and its
+        followers, beyond minMember)."""
         groups = {(d.namespace, d.name): d for d in group_docs}
-        members: dict[tuple[str, str], list[_PodSpec]] = {}
+        members: dict[tuple[str, str], list[tuple[str, _PodSpec]]] = {}
         for doc in pod_docs:
             pod = self._pod(doc, doc.data.get("spec"), "spec", doc.data.get("metadata") or {})
             if pod.group is None:
@@ -132,9 +133,10 @@ class WorkloadReader:
             if (doc.namespace, pod.group) not in groups:
                 raise doc.error("metadata.annotations", f"the pod names PodGroup {pod.group!r} in namespace "
                                 f"{doc.namespace}, which no document defines; it would stay pending forever")
-            members.setdefault((doc.namespace, pod.group), []).append(pod)
+            members.setdefault((doc.namespace, pod.group), []).append((doc.name, pod))
         for key, gdoc in groups.items():
-            self._group(gdoc, members.get(key, []))
+            named = members.get(key, [])
+            self._group(gdoc, [pod for _, pod in named], [name for name, _ in named])
 
     def read_batch_job(self, doc: Doc) -> None:
         """A batch/v1 Job: `parallelism` pods of its template, started together; `backoffLimit` (default 6)
@@ -153,7 +155,8 @@ class WorkloadReader:
         self._job(doc, [pod] * parallelism, "", "", parallelism, _own_annotations(doc), max_retries=retries)
 
     def read_volcano_job(self, doc: Doc) -> None:
-        """A Volcano Job: the replicas of every task, one gang of at least `minAvailable` pods."""
+        """A Volcano Job: the replicas of every task in task order, a gang of the first `minAvailable` and
+        followers beyond it, each named as Volcano names its pod (`job-task-index`)."""
         spec = doc.data.get("spec")
         if not isinstance(spec, dict):
             raise doc.error("spec", "a Volcano Job needs a spec mapping")
@@ -162,6 +165,7 @@ class WorkloadReader:
         if not isinstance(tasks, list) or not tasks:
             raise doc.error("spec.tasks", "a Volcano Job needs at least one task")
         pods: list[_PodSpec] = []
+        names: list[str] = []
         for i, t in enumerate(tasks):
             path = f"spec.tasks[{i}]"
             if not isinstance(t, dict):
@@ -174,6 +178,8 @@ class WorkloadReader:
                 raise doc.error(f"{path}.template", "a task needs a pod template")
             pod = self._pod(doc, template.get("spec"), f"{path}.template.spec", template.get("metadata") or {})
             pods += [pod] * replicas
+            task_name = t.get("name") or f"default{i}"  # Volcano's name for an unnamed task
+            names += [f"{doc.name}-{task_name}-{k}" for k in range(replicas)]
         if not pods:
             raise doc.error("spec.tasks", "the job has no replicas")
         min_available = int_field(doc, spec.get("minAvailable", len(pods)), "spec.minAvailable", 0)
@@ -181,9 +187,9 @@ class WorkloadReader:
             raise doc.error("spec.minAvailable", f"minAvailable {min_available} exceeds the {len(pods)} replicas; "
                             "the job could never start")
         self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or "default"),
-                  min_available or len(pods), _own_annotations(doc))
+                  min_available or len(pods), _own_annotations(doc), names=names)
 
-    def _group(self, doc: Doc, pods: list[_PodSpec]) -> None:
+    def _group(self, doc: Doc, pods: list[_PodSpec], names: list[str]) -> None:
         spec = doc.data.get("spec") or {}
         if not isinstance(spec, dict):
             raise doc.error("spec", "must be a mapping")
@@ -197,7 +203,7 @@ class WorkloadReader:
             raise doc.error("spec.minMember", f"minMember is {min_member} but only {len(pods)} pods name this "
                             "PodGroup; the gang could never start")
         self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or ""), min_member,
-                  _own_annotations(doc))
+                  _own_annotations(doc), names=names)
 
     def _pod(self, doc: Doc, spec: Any, path: str, meta: Mapping[str, Any]) -> _PodSpec:
         if not isinstance(spec, dict):
@@ -232,18 +238,11 @@ class WorkloadReader:
         )
 
     def _job(self, doc: Doc, pods: list[_PodSpec], class_name: str, queue: str, min_available: int,
-             own: Mapping[str, str] | None = None, max_retries: int | None = None) -> None:
-        """One gang of `pods` (identical tasks of the largest request, constrained like the first pod), named
-        `namespace/name` of `doc`; `own` are the workload document's annotations (duration, submit time)."""
-        first = pods[0]
-        _warn_if_pods_differ(doc, pods)
-        task = Resources(max(p.task.gpus for p in pods), max(p.task.cpu_milli for p in pods),
-                         max(p.task.mem_mib for p in pods))
-        limits = Resources(max(p.limits.gpus for p in pods), max(p.limits.cpu_milli for p in pods),
-                           max(p.limits.mem_mib for p in pods))
-        if min_available < len(pods):
-            doc.warn("spec", f"minimum {min_available} of {len(pods)} pods: trimtab starts all {len(pods)} "
-                     "together (an elastic gang is not modelled)")
+             own: Mapping[str, str] | None = None, max_retries: int | None = None, names: Sequence[str] = ()) -> None:
+        """The Jobs of one workload: its first `min_available` pods as one gang named `namespace/name` of `doc`
+        (identical tasks of the largest request, constrained like the first pod), and each pod beyond them as a
+        one-pod Job named `namespace/` + its name in `names`, which follows the gang (`Job.after`: it starts only
+        once the gang has started). `own` are the workload document's annotations (duration, submit time)."""
         own = own or {}
         duration = annotation_seconds(doc, own, DURATION)
         if duration is None:
@@ -252,20 +251,34 @@ class WorkloadReader:
         if submit is None:
             submit = max((p.submit_s for p in pods if p.submit_s is not None), default=0.0)
         pc = self._priority_class(doc, class_name, pods)
-        job_id = f"{doc.namespace}/{doc.name}"
+        gang_id = f"{doc.namespace}/{doc.name}"
+        common = dict(submit_s=submit, duration_s=duration, tenant=doc.namespace, priority=pc.value if pc else 0,
+                      queue=queue, priority_class=pc.name if pc else "",
+                      preemption_policy=pc.preemption_policy if pc else "PreemptLowerPriority",
+                      max_retries=max_retries)
+        _warn_if_pods_differ(doc, pods[:min_available])
+        self._add(doc, gang_id, pods[:min_available], own, common)
+        for name, pod in zip(names[min_available:], pods[min_available:], strict=True):
+            self._add(doc, f"{doc.namespace}/{name}", [pod], own, {**common, "after": gang_id})
+
+    def _add(self, doc: Doc, job_id: str, pods: list[_PodSpec], own: Mapping[str, str],
+             common: Mapping[str, Any]) -> None:
+        """One Job of `pods` (see `_job`), with its launch, source and specified requests and limits."""
+        first = pods[0]
+        task = Resources(max(p.task.gpus for p in pods), max(p.task.cpu_milli for p in pods),
+                         max(p.task.mem_mib for p in pods))
+        limits = Resources(max(p.limits.gpus for p in pods), max(p.limits.cpu_milli for p in pods),
+                           max(p.limits.mem_mib for p in pods))
         self.specified[job_id] = {k: all(p.specified[k] for p in pods) for k in first.specified}
         self.sources[job_id] = doc.source
         namespace = (doc.data.get("metadata") or {}).get("namespace")
         self.launches[job_id] = Launch(doc.source, doc.kind, str(namespace) if namespace else None,
                                        tuple(p.run for p in pods), {**first.run.annotations, **own})
         self.jobs.append(Job(
-            id=job_id, submit_s=submit, tasks=len(pods), task=task, duration_s=duration, tenant=doc.namespace,
-            priority=pc.value if pc else 0, node_selector=first.node_selector, queue=queue,
-            priority_class=pc.name if pc else "",
-            preemption_policy=pc.preemption_policy if pc else "PreemptLowerPriority",
+            id=job_id, tasks=len(pods), task=task, node_selector=first.node_selector,
             task_limits=limits if limits != task else None, tolerations=first.tolerations,
             node_affinity=first.node_affinity, labels=first.labels, pod_affinity=first.pod_affinity,
-            node_preferences=first.node_preferences, max_retries=max_retries))
+            node_preferences=first.node_preferences, **common))
 
     def _priority_class(self, doc: Doc, class_name: str, pods: list[_PodSpec]) -> PriorityClass | None:
         """The workload's class (its own name, else the highest its pods name, else the global default)."""
