@@ -73,7 +73,9 @@ class Profile(BaseModel):
     description: str = ""
     admit: list[PluginRef] = Field(default_factory=list)
     order: list[PluginRef] = Field(default_factory=lambda: ["fifo"])
-    filter: list[PluginRef] = Field(default_factory=lambda: ["gpu-model", "node-selector"])
+    # kube-scheduler's node filters, whatever the policy (each free for a job with nothing to check)
+    filter: list[PluginRef] = Field(
+        default_factory=lambda: ["gpu-model", "node-selector", "node-affinity", "taints", "pod-affinity"])
     score: dict[str, float] = Field(default_factory=dict)
     place: PluginRef = "pack"
     preempt: list[PluginRef] = Field(default_factory=list)
@@ -170,7 +172,9 @@ def profile_for_manifests(profile: Profile, manifests: Manifests) -> tuple[Profi
 
 
 def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
-    """What the profile cannot honour of the Queues, PriorityClasses, Reservations and Node taints."""
+    """What the profile cannot honour of the Queues, PriorityClasses, Reservations and Node taints (NoSchedule and
+    NoExecute taints, a cordoned node's among them, need the `taints` filter; PreferNoSchedule ones the
+    `taint-preference` scorer)."""
     admit, order, preempt = profile.enabled("admit"), profile.enabled("order"), profile.enabled("preempt")
     name = profile.name
     shares = "quota" in admit
@@ -199,9 +203,14 @@ def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
     if "reservation" not in admit | profile.enabled("filter"):
         out += [f"Reservation {r.name}, field spec: ignored, {name} has no reservation plugin"
                 for r in manifests.reservations]
-    if "taints" not in profile.enabled("filter"):
-        out += [f"Node {n.name}, field spec.taints: ignored, {name} has no taints filter"
-                for n in manifests.nodes if n.taints]
+    filters, scorers = profile.enabled("filter"), profile.enabled("score")
+    for node in manifests.nodes:
+        effects = {taint.effect for taint in node.taints}
+        if effects - {"PreferNoSchedule"} and "taints" not in filters:
+            out.append(f"Node {node.name}, field spec.taints: ignored, {name} has no taints filter")
+        if "PreferNoSchedule" in effects and "taint-preference" not in scorers:
+            out.append(f"Node {node.name}, field spec.taints (PreferNoSchedule): ignored, {name} has no "
+                       "taint-preference scorer")
     return out
 
 

@@ -50,38 +50,23 @@ PROFILE_GROUPS = {
 }
 
 
-def profiles_without(plugin: str) -> list[str]:
-    """The built-in profiles that do not filter or admit with `plugin` (read from their YAML, so a profile that
-    gains the plugin flips its xfails)."""
-    out = []
-    for name in ALL_PROFILES:
-        profile = Profile.load(name)
-        if plugin not in {ref if isinstance(ref, str) else next(iter(ref)) for ref in profile.filter + profile.admit}:
-            out.append(name)
-    return out
-
-
 VICTIM_SEARCH = ("waits for the one node-aware, gang-aware victim search (issue 14): today's search counts free GPUs "
                  "cluster-wide, evicts where the freed GPUs cannot join the free ones, and the preemption is dropped")
+STRICT_FIFO = ("fifo's own rule, as in Tiresias's simulator: the head of the queue blocks every job behind it, also "
+               "when a filter (taints, node affinity) holds it, where kube-scheduler places the jobs behind")
 # (scenario glob, profiles, reason): the cases today's code gets wrong
 KNOWN_GAPS: list[tuple[str, list[str], str]] = [
     ("preempt-scattered-free-gpus", ["priority", "tenants"], VICTIM_SEARCH),
     ("preempt-gang-scattered", ["priority", "tenants"], VICTIM_SEARCH),
     ("gang-min-*", ALL_PROFILES, "no fix under way: an elastic gang (minMember below its pods) is not modelled; all "
      "its pods start together"),
-    ("taint-prefer-no-schedule", ALL_PROFILES, "no fix under way: no plugin scores PreferNoSchedule taints, so a pod "
-     "may land on the tainted node while an untainted one is free"),
     ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "
      "per cycle, so jobs arriving together all go to one queue, and its borrowed GPUs are not reclaimed until "
      "something else happens"),
-    ("taint-*", profiles_without("taints"),
-     "no fix under way: this profile has no taints filter: taints are ignored, silently"),
-    ("cordon-*", profiles_without("taints"),
-     "no fix under way: this profile has no taints filter: a cordoned node is used"),
-    ("node-affinity-*", profiles_without("node-affinity"),
-     "no fix under way: this profile has no node-affinity filter: required node affinity is ignored, silently"),
-    ("pod-anti-affinity-*", profiles_without("pod-affinity"),
-     "no fix under way: this profile has no pod-affinity filter: inter-pod anti-affinity is ignored, silently"),
+    ("node-affinity-exists", ["fifo"], STRICT_FIFO),
+    ("node-affinity-gt-lt", ["fifo"], STRICT_FIFO),
+    ("node-affinity-in-notin", ["fifo"], STRICT_FIFO),
+    ("taint-no-execute", ["fifo"], STRICT_FIFO),
 ]
 
 
