@@ -4,8 +4,8 @@ warnings of a profile that lacks them."""
 from __future__ import annotations
 
 import numpy as np
-from builders import job, nodes
 
+from builders import job, nodes
 from trimtab.cluster import ClusterState
 from trimtab.formats.k8s import load_manifests
 from trimtab.model import Node, Resources, Taint
