@@ -78,13 +78,12 @@ status: {capacity: {nvidia.com/gpu: 4}}
 """
 
 
-def test_a_profile_warns_only_of_the_taints_it_ignores() -> None:
+def test_a_profile_warns_only_of_the_taints_it_ignores_and_scores_prefer_no_schedule_whatever_it_is() -> None:
     m = load_manifests(NODES, text=True)
-    assert profile_for_manifests(Profile.load("fifo"), m)[1] == []
-    bare = Profile(name="bare", filter=["gpu-model"])
-    assert profile_for_manifests(bare, m)[1] == [
-        "Node hard, field spec.taints: ignored, bare has no taints filter",
-        "Node soft, field spec.taints (PreferNoSchedule): ignored, bare has no taint-preference scorer",
-    ]
-    assert profile_for_manifests(Profile(name="default"), m)[1] == [
-        "Node soft, field spec.taints (PreferNoSchedule): ignored, default has no taint-preference scorer"]
+    fifo, warnings = profile_for_manifests(Profile.load("fifo"), m)
+    assert warnings == [] and fifo.score == {"taint-preference": 3.0}
+    bare, warnings = profile_for_manifests(Profile(name="bare", filter=["gpu-model"], score={"taint-preference": 0}), m)
+    assert warnings == ["Node hard, field spec.taints: ignored, bare has no taints filter"]
+    assert bare.score == {"taint-preference": 0}  # the profile's own choice stands
+    untainted = load_manifests(NODES.replace("PreferNoSchedule", "NoExecute"), text=True)
+    assert profile_for_manifests(Profile.load("las"), untainted)[0].score == {}
