@@ -73,7 +73,9 @@ class Profile(BaseModel):
     description: str = ""
     admit: list[PluginRef] = Field(default_factory=list)
     order: list[PluginRef] = Field(default_factory=lambda: ["fifo"])
-    filter: list[PluginRef] = Field(default_factory=lambda: ["gpu-model", "node-selector"])
+    # kube-scheduler's node filters, whatever the policy (each free for a job with nothing to check)
+    filter: list[PluginRef] = Field(
+        default_factory=lambda: ["gpu-model", "node-selector", "node-affinity", "taints", "pod-affinity"])
     score: dict[str, float] = Field(default_factory=dict)
     place: PluginRef = "pack"
     preempt: list[PluginRef] = Field(default_factory=list)
@@ -115,6 +117,14 @@ class Profile(BaseModel):
             return composed
         return composed.model_copy(update={"admit": [name, *self.admit]})
 
+    def with_score(self, name: str, weight: float) -> Profile:
+        """A copy that scores with plugin `name` at `weight`, unless the profile names that scorer already (at
+        whatever weight, 0 included: its choice stands). How a preference of the manifests that every profile
+        honours joins one (`profile_for_manifests`: PreferNoSchedule taints)."""
+        if name in self.score:
+            return self
+        return self.model_copy(update={"score": {**self.score, name: weight}})
+
     @staticmethod
     def builtin_names() -> list[str]:
         folder = resources.files("trimtab") / "profiles"
@@ -151,6 +161,9 @@ class Profile(BaseModel):
 # ------------------------------------------------------------------------------------------------- manifests
 
 
+TAINT_TOLERATION_WEIGHT = 3.0  # kube-scheduler's default weight of its TaintToleration score
+
+
 def profile_for_manifests(profile: Profile, manifests: Manifests) -> tuple[Profile, list[str]]:
     """`profile` with the policy objects of `manifests` composed onto it, and a warning for each object (or field
     of one) that the profile cannot honour, naming the document and the field. Called wherever manifests meet a
@@ -160,21 +173,29 @@ def profile_for_manifests(profile: Profile, manifests: Manifests) -> tuple[Profi
     ResourceQuotas are admission under every profile, as the API server enforces them whatever scheduler runs:
     their hard limits go to the `quota` plugin, which admits first when the profile does not admit with it (then
     with hard limits only). So is the gang rule of a PodGroup or Volcano Job whose minimum is below its pods: the
-    `min-member` plugin admits first, holding the pods beyond the minimum until their gang has started. What a
-    policy chooses stays with the profiles that choose it: Volcano Queues' weights, capability, borrowing and
-    reclaim (`quota` admission and preemption, `drf` order), Reservations (`reservation`), priority classes
-    (`priority` order, priority preemption), taints, node and pod affinity (the filters and scorers of those
-    names)."""
+    `min-member` plugin admits first, holding the pods beyond the minimum until their gang has started. Nodes'
+    PreferNoSchedule taints are scored under every profile, as kube-scheduler's TaintToleration scorer does
+    whatever the policy: the `taint-preference` scorer joins a profile that does not name it, at Kubernetes's
+    weight (it is 0 on every node of a cluster without such taints, so it is added only where one has them:
+    elsewhere it would change nothing and cost a score per placement). What a policy chooses stays with the
+    profiles that choose it: Volcano Queues' weights, capability, borrowing and reclaim (`quota` admission and
+    preemption, `drf` order), Reservations (`reservation`), priority classes (`priority` order, priority
+    preemption); the built-in profiles all filter taints, node and pod affinity (kube-scheduler's filters), and a
+    user profile without those filters or the affinity scorers gets a warning."""
     composed = profile.with_args(manifests.profile_args())
     if manifests.quotas and "quota" not in profile.enabled("admit"):
         composed = composed.with_admission("quota", {"queues": []})  # hard limits only: shares are a policy's
     if any(job.after is not None for job in manifests.jobs):
         composed = composed.with_admission("min-member", {})
+    if any(taint.effect == "PreferNoSchedule" for node in manifests.nodes for taint in node.taints):
+        composed = composed.with_score("taint-preference", TAINT_TOLERATION_WEIGHT)
     return composed, _policy_warnings(profile, manifests) + _workload_warnings(profile, manifests)
 
 
 def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
-    """What the profile cannot honour of the Queues, PriorityClasses, Reservations and Node taints."""
+    """What the profile cannot honour of the Queues, PriorityClasses, Reservations and Node taints (NoSchedule and
+    NoExecute taints, a cordoned node's among them, need the `taints` filter; PreferNoSchedule ones are scored
+    under every profile)."""
     admit, order, preempt = profile.enabled("admit"), profile.enabled("order"), profile.enabled("preempt")
     name = profile.name
     shares = "quota" in admit
@@ -205,7 +226,7 @@ def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
                 for r in manifests.reservations]
     if "taints" not in profile.enabled("filter"):
         out += [f"Node {n.name}, field spec.taints: ignored, {name} has no taints filter"
-                for n in manifests.nodes if n.taints]
+                for n in manifests.nodes if any(taint.effect != "PreferNoSchedule" for taint in n.taints)]
     return out
 
 

@@ -41,6 +41,9 @@ SCENARIOS = Path(__file__).parent / "semantics"
 ALL_PROFILES = Profile.builtin_names()
 PROFILE_GROUPS = {
     "all": ALL_PROFILES,
+    # scenarios whose pods behind a filtered head must start: all but fifo, whose head blocks the queue by design
+    # (strict head-of-line, as Tiresias's simulator), also when a filter holds the head
+    "all-but-strict-fifo": [p for p in ALL_PROFILES if p != "fifo"],
     # the profiles whose preemptor evicts lower-priority work for a pending pod
     "priority-preemption": ["priority", "steady", "tenants"],
     # the profiles that model Volcano queues: weights (fair share) and reclaim of what a queue borrowed
@@ -50,36 +53,15 @@ PROFILE_GROUPS = {
 }
 
 
-def profiles_without(plugin: str) -> list[str]:
-    """The built-in profiles that do not filter or admit with `plugin` (read from their YAML, so a profile that
-    gains the plugin flips its xfails)."""
-    out = []
-    for name in ALL_PROFILES:
-        profile = Profile.load(name)
-        if plugin not in {ref if isinstance(ref, str) else next(iter(ref)) for ref in profile.filter + profile.admit}:
-            out.append(name)
-    return out
-
-
 VICTIM_SEARCH = ("waits for the one node-aware, gang-aware victim search (issue 14): today's search counts free GPUs "
                  "cluster-wide, evicts where the freed GPUs cannot join the free ones, and the preemption is dropped")
 # (scenario glob, profiles, reason): the cases today's code gets wrong
 KNOWN_GAPS: list[tuple[str, list[str], str]] = [
     ("preempt-scattered-free-gpus", ["priority", "tenants"], VICTIM_SEARCH),
     ("preempt-gang-scattered", ["priority", "tenants"], VICTIM_SEARCH),
-    ("taint-prefer-no-schedule", ALL_PROFILES, "no fix under way: no plugin scores PreferNoSchedule taints, so a pod "
-     "may land on the tainted node while an untainted one is free"),
     ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "
      "per cycle, so jobs arriving together all go to one queue, and its borrowed GPUs are not reclaimed until "
      "something else happens"),
-    ("taint-*", profiles_without("taints"),
-     "no fix under way: this profile has no taints filter: taints are ignored, silently"),
-    ("cordon-*", profiles_without("taints"),
-     "no fix under way: this profile has no taints filter: a cordoned node is used"),
-    ("node-affinity-*", profiles_without("node-affinity"),
-     "no fix under way: this profile has no node-affinity filter: required node affinity is ignored, silently"),
-    ("pod-anti-affinity-*", profiles_without("pod-affinity"),
-     "no fix under way: this profile has no pod-affinity filter: inter-pod anti-affinity is ignored, silently"),
 ]
 
 

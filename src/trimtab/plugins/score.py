@@ -1,6 +1,7 @@
 """Score plugins: rank the nodes for one job, 0..100 per node (higher is better), vectorised over nodes.
 
-The packing baselines of the FGD paper, round robins, least-*, qos-isolation (fgd and steady-pack: fragmentation.py)."""
+The packing baselines of the FGD paper, round robins, least-*, qos-isolation (fgd and steady-pack: fragmentation.py),
+and taint-preference (Kubernetes's PreferNoSchedule taints)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from trimtab.cluster import GPU_MILLI, ClusterState, gpu_kind
-from trimtab.model import Job, Resources
+from trimtab.model import Job, Node, Resources
+from trimtab.plugins.filters import NodeCache, read_only, tolerates
 from trimtab.policy import CycleContext, Plugin
 
 # Normalisers of the FGD authors' simulator (hkust-adsl/kubernetes-scheduler-simulator): the largest node spec.
@@ -201,6 +203,38 @@ class QosIsolation(Plugin):
         return np.full(len(c), 50.0)
 
 
+class TaintPreference(NodeCache):
+    """Score: PreferNoSchedule taints as kube-scheduler's TaintToleration scorer: per node, the PreferNoSchedule
+    taints the job does not tolerate (a toleration of an empty effect or of PreferNoSchedule counts) are counted,
+    and a node scores 100 x (1 - count / the largest count over the nodes), in whole points, so the nodes without
+    one score 100 and the most tainted 0. Where the count is 0 on every node (always, on a cluster without such
+    taints) the score is 0 everywhere: a constant, which Kubernetes makes 100; 0 leaves the profile's score sum, and
+    so every placement, exactly as without this plugin. Cached per set of tolerations (taints do not change)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._zeros = read_only(np.zeros(0))
+        self._preferred = False
+
+    def _met(self, nodes: tuple[Node, ...]) -> None:
+        self._zeros = read_only(np.zeros(len(nodes)))
+        self._preferred = any(taint.effect == "PreferNoSchedule" for node in nodes for taint in node.taints)
+
+    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        nodes = self._nodes_of(ctx)
+        if not self._preferred:
+            return self._zeros
+        return self._cached(job.tolerations, lambda: _untolerated_scores(nodes, job.tolerations))
+
+
+def _untolerated_scores(nodes: tuple[Node, ...], tolerations: tuple[tuple[str, str, str, str], ...]) -> np.ndarray:
+    """TaintPreference's scores for one set of tolerations (see there)."""
+    counts = np.array([sum(taint.effect == "PreferNoSchedule" and not tolerates(tolerations, taint)
+                           for taint in node.taints) for node in nodes], dtype=np.int64)
+    top = int(counts.max())
+    return np.zeros(len(nodes)) if top == 0 else (100 - 100 * counts // top).astype(np.float64)
+
+
 PLUGINS = {
     "random": Random,
     "round-robin": RoundRobin,
@@ -212,4 +246,5 @@ PLUGINS = {
     "gpu-clustering": GpuClustering,
     "gpu-packing": GpuPacking,
     "qos-isolation": QosIsolation,
+    "taint-preference": TaintPreference,
 }
