@@ -12,7 +12,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation
 from trimtab.model import Job
-from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Plugin, Status, check_points
+from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Eviction, Plugin, Status, check_points
 from trimtab.profile import PluginRef, Profile, Registry, _split_ref
 from trimtab.queue import RunningKeys
 from trimtab.usage import UsageBook
@@ -261,6 +261,7 @@ class Framework:
             victims = plugin.preempt(job, ctx)
             if not victims or any(ctx.running[v].start_s == ctx.now_s and v in started for v in victims):
                 continue  # a job started in this very cycle is never stopped by it
+            idle_before = ctx.cluster.free_gpus.copy()
             with ctx.cluster.txn() as txn:
                 for victim in victims:
                     txn.release(ctx.running[victim].alloc)
@@ -268,6 +269,9 @@ class Framework:
                 if alloc is None:
                     continue  # the Txn discards the tentative releases
                 txn.commit()
+            taken = alloc.counts * alloc.task.gpus
+            decision.evictions.append(Eviction(job.id, tuple(victims), sum(ctx.running[v].alloc.gpus for v in victims),
+                                               int(np.maximum(taken - idle_before[alloc.nodes], 0).sum())))
             for victim in victims:
                 decision.preemptions.append(victim)
                 books.on_preempt(victim)

@@ -82,15 +82,30 @@ class Reservation:
     start_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """One preemption of a cycle: `job_id` started by stopping `victims`. `evicted_gpus`: the whole GPUs the victims
+    held (a gang victim counted whole, on every node it spans); `needed_gpus`: the whole GPUs of the job's
+    allocation that were not idle before the evictions (per node, what it takes there beyond the idle GPUs it
+    found). evicted == needed means no GPU was evicted in vain."""
+
+    job_id: str
+    victims: tuple[str, ...]
+    evicted_gpus: int
+    needed_gpus: int
+
+
 @dataclass(slots=True)
 class Decision:
     """What a cycle decided: the world starts `starts`, stops `preemptions` (before the starts), keeps the
-    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `prefetches`:
-    (job, nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in
-    `close`; a world without a data model ignores them)."""
+    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `evictions`: one
+    record per preemption (its victims are in `preemptions` too), for the world's metrics. `prefetches`: (job,
+    nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in `close`; a
+    world without a data model ignores them)."""
 
     starts: list[tuple[Job, Allocation]] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
+    evictions: list[Eviction] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     waiting: dict[str, Status] = field(default_factory=dict)
     wake_s: float | None = None

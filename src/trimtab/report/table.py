@@ -34,6 +34,7 @@ COLUMNS: tuple[Column, ...] = (
     Column("backlogged_util", "util|backlog", "max", "{:.3f}"),
     Column("starvation_rate", "starved", "min", "{:.3f}"),
     Column("preemptions", "preempt", "min", "{:d}"),
+    Column("evicted_gpus_per_needed_gpu", "evicted/needed", "min", "{:.2f}"),
     Column("wasted_gpu_hours", "wasted GPU h", "min", "{:.1f}"),
     Column("sched_cycle_p99_ms", "cycle p99 ms", "min", "{:.2f}"),
 )
