@@ -9,6 +9,7 @@ from trimtab.cluster import ClusterState
 from trimtab.model import Job, Resources
 from trimtab.profile import Profile
 from trimtab.scheduler import Scheduler
+from trimtab.sim.run import SimConfig, simulate
 
 HOUR_S = 3600.0
 
@@ -138,3 +139,15 @@ def test_freed_gpus_are_held_for_the_preemptor():
     assert started(d)[0] == "urgent"
     alloc = d.starts[0][1]
     assert alloc.gpus == 4 and s.cluster.free_gpus.sum() == 0
+
+
+def test_the_run_reports_gpus_evicted_per_gpu_needed():
+    """A 4-GPU job needs 2 GPUs beyond the 2 free ones on its node; evicting two one-GPU jobs costs exactly that
+    (1.0). Evicting a 4-GPU job (the newest, so the worst-ranked) for the same 2 GPUs shows as 2.0."""
+    busy = [job(f"low{i:02d}", 1, duration_s=3 * HOUR_S) for i in range(30)]
+    exact = simulate(nodes(4, gpus=8), [*busy, urgent(1, 4, 1800.0)], "priority", SimConfig(timing=False))
+    assert exact["summary"]["preemptions"] == 2 and exact["summary"]["evicted_gpus_per_needed_gpu"] == 1.0
+    wide = [job("wide", 4, submit_s=1.0, duration_s=3 * HOUR_S),
+            *[job(f"one{i}", 1, duration_s=3 * HOUR_S) for i in range(2)]]
+    over = simulate(nodes(1, gpus=8), [*wide, urgent(1, 4, 1800.0)], "priority", SimConfig(timing=False))
+    assert over["summary"]["evicted_gpus_per_needed_gpu"] == 2.0
