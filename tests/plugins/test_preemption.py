@@ -151,3 +151,15 @@ def test_the_run_reports_gpus_evicted_per_gpu_needed():
             *[job(f"one{i}", 1, duration_s=3 * HOUR_S) for i in range(2)]]
     over = simulate(nodes(1, gpus=8), [*wide, urgent(1, 4, 1800.0)], "priority", SimConfig(timing=False))
     assert over["summary"]["evicted_gpus_per_needed_gpu"] == 2.0
+
+
+def test_shares_are_freed_on_one_gpu():
+    """Four half-GPU jobs fill two GPUs; a job asking 0.8 of a GPU evicts the two halves of one GPU, not one half
+    of each (shares are released tentatively: which GPU frees what decides)."""
+    s = Scheduler(ClusterState(nodes(1, gpus=2)), "priority")
+    for i in range(4):
+        s.submit(Job(f"half{i}", float(i), 1, Resources(gpu_milli=500), 3 * HOUR_S), float(i))
+        s.cycle(float(i))
+    s.submit(Job("urgent", 1800.0, 1, Resources(gpu_milli=800), HOUR_S, priority=1000), 1800.0)
+    d = s.cycle(1800.0)
+    assert started(d) == ["urgent"] and len(d.preemptions) == 2
