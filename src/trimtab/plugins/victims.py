@@ -12,7 +12,7 @@ from trimtab.policy import CycleContext
 
 Ranked = Iterable[tuple[Hashable, str]]
 """(level, job id) of the running jobs a plugin may stop, worst first; levels never fall along the walk (a level
-is what Kubernetes calls a victim's priority: the plugin's own, e.g. a priority or an order-key prefix)."""
+is what Kubernetes calls a victim's priority: the plugin's own, e.g. a priority or an order key)."""
 
 _REQUESTS = (("gpus", "free_gpus"), ("cpu_milli", "free_cpu_milli"), ("mem_mib", "free_mem_mib"))
 
