@@ -257,8 +257,8 @@ class Framework:
 
     def _preempt_for(self, job: Job, books: CycleBooks) -> Allocation | None:
         """Phase preempt: the first `preempt` plugin answer whose victims, released tentatively in a Txn, let the
-        job fit (the plugins then see a context whose `releasing` names them); the victims are booked as stopped.
-        None: no answer works (nothing changed)."""
+        job fit (the plugins then see a context whose `releasing` names them); the victims are booked as stopped and
+        the preemption recorded (`Decision.evictions`). None: no answer works (nothing changed)."""
         ctx, decision = books.ctx, books.decision
         started = {j.id for j, _ in decision.starts}
         for plugin in self.preempt:
