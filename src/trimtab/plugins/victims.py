@@ -4,6 +4,7 @@ fewest whose resources, freed where the job may run, let it start: node-aware fo
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
+from itertools import chain
 
 import numpy as np
 
@@ -32,33 +33,46 @@ def fewest_victims(job: Job, ctx: CycleContext, ranked: Ranked) -> list[str] | N
     leaves the gang placeable; None if it never fits. A victim spanning several nodes frees them all and is
     stopped whole. Whole-GPU, CPU and memory requests are counted per node as `ClusterState.fit_counts` counts
     them; GPU shares and MIG slices are released tentatively in a Txn, discarded before returning."""
-    running, cluster = ctx.running, ctx.cluster
-    walk = list(ranked)
-    held_gpus = sum(running[jid].alloc.gpus for _, jid in walk)
-    if not walk or (job.task.gpus and cluster.free_gpus_total + held_gpus < job.gpus):
-        return None  # too few GPUs in all (the common failure, found without looking at nodes)
+    cluster, task = ctx.cluster, job.task
+    walk = iter(ranked)  # taken lazily: most searches end after the first few victims
+    seen: list[tuple[Hashable, str]] = []
+    short_gpus = job.gpus - cluster.free_gpus_total  # missing cluster-wide, whatever the nodes
+    if task.gpus and short_gpus > 0:
+        held_gpus = 0
+        for entry in walk:
+            seen.append(entry)
+            held_gpus += ctx.running[entry[1]].alloc.gpus
+            if held_gpus >= short_gpus:
+                break
+        else:
+            return None  # too few GPUs in all (the common failure, found without looking at nodes)
+    victims = chain(seen, walk)
     allowed = cluster.healthy if ctx.node_mask is None else cluster.healthy & ctx.node_mask(job)
-    fit = np.minimum(np.where(allowed, cluster.fit_counts(job.task), 0), job.tasks)
-    if int(fit.sum()) >= job.tasks:
-        return None  # it fits without victims: what holds it back is not room
-    if job.task.gpu_milli or job.task.mig:
-        return _in_txn(job, ctx, walk, allowed)
-    room = _Room(job, ctx, allowed, fit.tolist())
-    return _one_task(job, ctx, walk, room) if job.tasks == 1 else _gang(job, walk, room)
+    fit: np.ndarray | None = None
+    if job.tasks > 1 or short_gpus <= 0 or not task.gpus:  # else one task that no node has the GPUs for
+        fit = np.minimum(np.where(allowed, cluster.fit_counts(task), 0), job.tasks)
+        if int(fit.sum()) >= job.tasks:
+            return None  # it fits without victims: what holds it back is not room
+    if task.gpu_milli or task.mig:
+        return _in_txn(job, ctx, victims, allowed)
+    room = _Room(job, ctx, allowed)
+    if job.tasks == 1:
+        return _one_task(job, ctx, victims, room)
+    assert fit is not None
+    return _gang(job, victims, room, fit.tolist())
 
 
 class _Room:
     """Per node, how many of a job's tasks fit given extra resources freed there, in the resources the job asks
     for (whole GPUs, CPU, memory); what each victim holds on the nodes the job may use."""
 
-    def __init__(self, job: Job, ctx: CycleContext, allowed: np.ndarray, fit: list[int]) -> None:
+    def __init__(self, job: Job, ctx: CycleContext, allowed: np.ndarray) -> None:
         task, cluster = job.task, ctx.cluster
         asked = [(req, free) for req, free in _REQUESTS if getattr(task, req)]
         self.requests = [req for req, _ in asked]
         self.need = [getattr(task, req) for req, _ in asked]
         self.free = [getattr(cluster, free).tolist() for _, free in asked]
         self.allowed: list[bool] = allowed.tolist()
-        self.fit = fit  # tasks that fit per node now (at most the job's tasks)
         self.running = ctx.running
 
     def held(self, jid: str) -> list[tuple[int, list[int]]]:
@@ -73,7 +87,7 @@ class _Room:
         return min((free[node] + e) // need for free, e, need in zip(self.free, extra, self.need, strict=True))
 
 
-def _one_task(job: Job, ctx: CycleContext, walk: list[tuple[Hashable, str]], room: _Room) -> list[str] | None:
+def _one_task(job: Job, ctx: CycleContext, walk: Ranked, room: _Room) -> list[str] | None:
     """A single task: the best node's victims (see `fewest_victims`); victims of a level above the first node
     found are never looked at (no node needing them can win)."""
     taken: dict[int, list[tuple[int, str, list[int]]]] = {}  # node -> (rank of level, victim, held there)
@@ -119,9 +133,10 @@ def _reprieve_on_node(node: int, victims: list[tuple[int, str, list[int]]], have
     return kept
 
 
-def _gang(job: Job, walk: list[tuple[Hashable, str]], room: _Room) -> list[str] | None:
-    """Many tasks: victims worst first until the whole gang fits, then the minimal set (see `fewest_victims`)."""
-    tasks, fit = job.tasks, room.fit
+def _gang(job: Job, walk: Ranked, room: _Room, fit: list[int]) -> list[str] | None:
+    """Many tasks: victims worst first until the whole gang fits, then the minimal set (see `fewest_victims`);
+    `fit`: tasks that fit per node now (at most the gang's)."""
+    tasks = job.tasks
     placed = sum(fit)
     extra: dict[int, list[int]] = {}
 
@@ -157,7 +172,7 @@ def _gang(job: Job, walk: list[tuple[Hashable, str]], room: _Room) -> list[str] 
     return [jid for jid, _ in chosen]
 
 
-def _in_txn(job: Job, ctx: CycleContext, walk: list[tuple[Hashable, str]], allowed: np.ndarray) -> list[str] | None:
+def _in_txn(job: Job, ctx: CycleContext, walk: Ranked, allowed: np.ndarray) -> list[str] | None:
     """GPU shares and MIG slices: which GPUs a release frees decides what fits, so victims are released
     tentatively (worst first until the job fits, then given back most important first while it still fits)."""
     cluster, tasks = ctx.cluster, job.tasks
