@@ -12,7 +12,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation
 from trimtab.model import Job
-from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Plugin, Status, check_points
+from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Eviction, Plugin, Status, check_points
 from trimtab.profile import PluginRef, Profile, Registry, _split_ref
 from trimtab.queue import RunningKeys
 from trimtab.usage import UsageBook
@@ -26,7 +26,7 @@ UnitOf = Callable[[Job, Any], list[Job]]
 class CycleBooks:
     """The mutable state of one cycle, kept by its phases: what it decided so far, the shapes it blocked, the
     Scheduler's callbacks, the GPUs reserved per node (and their total, and the earliest reservation start), the
-    worst running job's key when the cycle opened, and the smallest job whose preemption attempt failed."""
+    worst running job's key when the cycle opened, and the jobs whose preemption attempt failed (see Preemptor)."""
 
     ctx: CycleContext
     blocked: set[Any]  # shapes whose later jobs the queue may skip
@@ -38,7 +38,9 @@ class CycleBooks:
     decision: Decision = field(default_factory=Decision)
     reserved_total: int = 0
     reserved_from_s: float = math.inf  # earliest start of a node reservation: jobs done by then may use its GPUs
-    fail_gpus: float = math.inf  # the smallest job whose preemption attempt failed in this cycle
+    fail_gpus: float = math.inf  # GPUs of the smallest job whose preemption attempt failed in this cycle
+    # (tasks, GPUs per task) of every such job: a later job asking as many tasks of as many GPUs or more fails too
+    failed: list[tuple[int, int]] = field(default_factory=list)
 
 
 class Framework:
@@ -202,7 +204,8 @@ class Framework:
         ends_in_time = reserved_total > 0 and ctx.now_s + ctx.remaining_s(job) <= books.reserved_from_s
         free_for_job = ctx.cluster.free_gpus_total - (0 if ends_in_time else reserved_total)
         outranks = books.worst_running is not None and key < books.worst_running
-        may_preempt = (self._has_preempt and outranks and job.gpus < books.fail_gpus
+        may_preempt = (self._has_preempt and outranks
+                       and (job.gpus < books.fail_gpus or not _fails_like(job, books.failed))
                        and job.preemption_policy != "Never")
         if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
             if not outranks or books.fail_gpus <= 1 or not self._has_preempt:
@@ -225,7 +228,8 @@ class Framework:
         if alloc is None and may_preempt:
             alloc = self._preempt_for(job, books)
             if alloc is None:
-                books.fail_gpus = job.gpus
+                books.fail_gpus = min(books.fail_gpus, job.gpus)
+                books.failed.append((job.tasks, job.task.gpus))
         if alloc is not None:
             self._start(books, job, alloc, ends_in_time)
             return True
@@ -253,14 +257,15 @@ class Framework:
 
     def _preempt_for(self, job: Job, books: CycleBooks) -> Allocation | None:
         """Phase preempt: the first `preempt` plugin answer whose victims, released tentatively in a Txn, let the
-        job fit (the plugins then see a context whose `releasing` names them); the victims are booked as stopped.
-        None: no answer works (nothing changed)."""
+        job fit (the plugins then see a context whose `releasing` names them); the victims are booked as stopped and
+        the preemption recorded (`Decision.evictions`). None: no answer works (nothing changed)."""
         ctx, decision = books.ctx, books.decision
         started = {j.id for j, _ in decision.starts}
         for plugin in self.preempt:
             victims = plugin.preempt(job, ctx)
             if not victims or any(ctx.running[v].start_s == ctx.now_s and v in started for v in victims):
                 continue  # a job started in this very cycle is never stopped by it
+            idle_before = ctx.cluster.free_gpus.copy()
             with ctx.cluster.txn() as txn:
                 for victim in victims:
                     txn.release(ctx.running[victim].alloc)
@@ -268,6 +273,9 @@ class Framework:
                 if alloc is None:
                     continue  # the Txn discards the tentative releases
                 txn.commit()
+            taken = alloc.counts * alloc.task.gpus
+            decision.evictions.append(Eviction(job.id, tuple(victims), sum(ctx.running[v].alloc.gpus for v in victims),
+                                               int(np.maximum(taken - idle_before[alloc.nodes], 0).sum())))
             for victim in victims:
                 decision.preemptions.append(victim)
                 books.on_preempt(victim)
@@ -366,3 +374,8 @@ class Framework:
             self.usage.remove(job.id)
         return admitted
 
+
+def _fails_like(job: Job, failed: list[tuple[int, int]]) -> bool:
+    """Does a job whose preemption attempt failed in this cycle ask no more than `job` (as many tasks or fewer,
+    each of as many GPUs or fewer)? Then `job` would fail too (the Preemptor contract)."""
+    return any(job.tasks >= tasks and job.task.gpus >= gpus for tasks, gpus in failed)

@@ -12,7 +12,7 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job, JobState, Outcome
-from trimtab.policy import Cause
+from trimtab.policy import Cause, Eviction
 from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
 
 STARVE_MIN_S = 3600.0
@@ -25,7 +25,7 @@ SUMMARY_KEYS = (
     "throughput_cv", "goodput_cv",
     "gpu_util", "cpu_util", "mem_util", "backlogged_util", "node_util_variance",
     "cross_node_ratio", "cross_rack_ratio", "net_util",
-    "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours",
+    "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours", "evicted_gpus_per_needed_gpu",
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
     "fairness_jain",
 )
@@ -68,8 +68,9 @@ class JobRecord:
 
 class Recorder:
     """Books every job and attempt, and the allocation over time. The world calls `submitted`, `run_started`,
-    `run_ended`, `ended` (terminal state) and `cycle` (wall-clock cost of a scheduling cycle that ran);
-    `queue_changed` when the number of pending jobs changes. `result()` gives the JSON-ready run record."""
+    `run_ended`, `ended` (terminal state), `cycle` (wall-clock cost of a scheduling cycle that ran) and `evicted`
+    (its preemptions); `queue_changed` when the number of pending jobs changes. `result()` gives the JSON-ready
+    run record."""
 
     def __init__(self, cluster: ClusterState, window_s: float = 3600.0) -> None:
         if window_s <= 0:
@@ -94,6 +95,7 @@ class Recorder:
         self._quota_since: dict[str, float] = {}  # job -> since when the scheduler says quota holds it
         self._quota_blocked_s: dict[str, float] = {}
         self._sees_waiting = False  # the world reports why jobs wait (`waiting`)
+        self._evicted_needed_gpus = [0, 0]  # over all preemptions: GPUs evicted, GPUs their preemptors needed
         # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
         self.net_util_fn: Callable[[float, float], float] | None = None
 
@@ -169,6 +171,12 @@ class Recorder:
         self._cycle_ms.append(wall_ms)
         self._decisions += decisions
 
+    def evicted(self, evictions: Sequence[Eviction]) -> None:
+        """The preemptions of a cycle (Decision.evictions)."""
+        for eviction in evictions:
+            self._evicted_needed_gpus[0] += eviction.evicted_gpus
+            self._evicted_needed_gpus[1] += eviction.needed_gpus
+
     def _node_change(self, alloc: Allocation, now_s: float, sign: int) -> None:
         idx = alloc.nodes
         self._node_gpu_s[idx] += self._node_alloc[idx] * (now_s - self._node_since[idx])
@@ -236,6 +244,8 @@ class Recorder:
         summary.update(_placement(jobs))
         summary["net_util"] = _r(self.net_util_fn(first, end)) if self.net_util_fn else 0.0
         summary.update(_reliability(jobs))
+        evicted, needed = self._evicted_needed_gpus
+        summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
         assert tuple(summary) == SUMMARY_KEYS

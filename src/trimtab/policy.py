@@ -82,15 +82,30 @@ class Reservation:
     start_s: float
 
 
+@dataclass(frozen=True, slots=True)
+class Eviction:
+    """One preemption of a cycle: `job_id` started by stopping `victims`. `evicted_gpus`: the whole GPUs the victims
+    held (a gang victim counted whole, on every node it spans); `needed_gpus`: the whole GPUs of the job's
+    allocation that were not idle before the evictions (per node, what it takes there beyond the idle GPUs it
+    found). evicted == needed means no GPU was evicted in vain."""
+
+    job_id: str
+    victims: tuple[str, ...]
+    evicted_gpus: int
+    needed_gpus: int
+
+
 @dataclass(slots=True)
 class Decision:
     """What a cycle decided: the world starts `starts`, stops `preemptions` (before the starts), keeps the
-    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `prefetches`:
-    (job, nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in
-    `close`; a world without a data model ignores them)."""
+    reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `evictions`: one
+    record per preemption (its victims are in `preemptions` too), for the world's metrics. `prefetches`: (job,
+    nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in `close`; a
+    world without a data model ignores them)."""
 
     starts: list[tuple[Job, Allocation]] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
+    evictions: list[Eviction] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     waiting: dict[str, Status] = field(default_factory=dict)
     wake_s: float | None = None
@@ -274,12 +289,20 @@ class Preemptor(Protocol):
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         """For a job that does not fit and is ordered before some running job: victims (ids of running jobs
-        ordered after the job), or None. The `preempt` plugins are asked in profile order and the first usable
-        answer wins: the cycle releases the victims in a Txn and commits only if the job then fits (a job started
-        in this cycle is never a victim). An answer is monotone: if no victims are found for a job, none are for a
-        later job asking for as many GPUs or more (the cycle then stops asking, so a long queue costs one failed
-        attempt per cycle). Never asked for a job whose `preemption_policy` is "Never". `ctx.running_ranked` holds
-        the running jobs' keys sorted, so the jobs ordered after a key are a tail found by bisection."""
+        ordered after the job), or None. A plugin says who is eligible, in what rank and under which guards, and
+        hands them to the one victim search (`plugins.victims.fewest_victims`: node- and gang-aware, the fewest
+        victims that make room where the job may run). The `preempt` plugins are asked in profile order and the
+        first usable answer wins: the cycle releases the victims in a Txn and commits only if the job then fits
+        (a job started in this cycle is never a victim), and starts the job at once, in the same cycle and before
+        any job after it is looked at: the freed GPUs are held for it by construction (kube-scheduler's nominated
+        node), no later job can take them.
+
+        An answer is monotone: if no victims are found for a job, none are for a later job (ordered after it, so
+        with no more eligible victims) asking for as many tasks or more, each of as many GPUs or more; the cycle
+        then stops asking such jobs, so a long queue costs one failed attempt per request shape and cycle. (Jobs
+        are compared by GPUs alone: CPU, memory and filters are taken as alike.) Never asked for a job whose
+        `preemption_policy` is "Never". `ctx.running_ranked` holds the running jobs' keys sorted, so the jobs
+        ordered after a key are a tail found by bisection."""
 
 
 class Backfiller(Protocol):

@@ -53,12 +53,8 @@ PROFILE_GROUPS = {
 }
 
 
-VICTIM_SEARCH = ("waits for the one node-aware, gang-aware victim search (issue 14): today's search counts free GPUs "
-                 "cluster-wide, evicts where the freed GPUs cannot join the free ones, and the preemption is dropped")
 # (scenario glob, profiles, reason): the cases today's code gets wrong
 KNOWN_GAPS: list[tuple[str, list[str], str]] = [
-    ("preempt-scattered-free-gpus", ["priority", "tenants"], VICTIM_SEARCH),
-    ("preempt-gang-scattered", ["priority", "tenants"], VICTIM_SEARCH),
     ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "
      "per cycle, so jobs arriving together all go to one queue, and its borrowed GPUs are not reclaimed until "
      "something else happens"),

@@ -31,6 +31,7 @@ def test_a_high_priority_gang_preempts_exactly_enough():
     assert all(j["runs"][0]["end"] == 1800.0 for j in evicted)
     assert result["summary"]["jobs_completed"] == 17
     assert result["summary"]["tenants"]["research"]["evictions"] == 8
+    assert result["summary"]["evicted_gpus_per_needed_gpu"] == 1.0, "not one GPU evicted in vain"
 
 
 def test_preemption_policy_never_waits_instead():
@@ -38,6 +39,7 @@ def test_preemption_policy_never_waits_instead():
     result = run(full_cluster_then_gang(gang_never=True), "tenants")
     train = next(j for j in result["jobs"] if j["id"] == "prod/train")
     assert result["summary"]["preemptions"] == 0
+    assert result["summary"]["evicted_gpus_per_needed_gpu"] is None
     assert train["runs"][0]["start"] == 4 * 3600.0
 
 

@@ -1,4 +1,5 @@
-"""Preempt plugins: which running jobs to stop so that a waiting job can start.
+"""Preempt plugins: which running jobs may be stopped so that a waiting job can start, in what rank, under which
+guards; the victims themselves are chosen by the one search of plugins/victims.py.
 
 lower-order (victims ordered after the job in the queue order: LAS, SRTF), lower-priority, guarded (lower
 priority with anti-thrash guards and checkpoint-aware victims) and consolidate (move small jobs off a few nodes
@@ -8,41 +9,23 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
 from trimtab.model import Job
+from trimtab.plugins.victims import fewest_victims
 from trimtab.policy import CycleContext, Decision, Plugin
-
-
-def _fewest_victims(job: Job, ctx: CycleContext, candidates: Iterable[str]) -> list[str] | None:
-    """From candidates ranked worst first, take victims until the job's GPUs are free, then give back any victim
-    (best ranked first) that turns out not to be needed. Returns None when even all candidates are not enough."""
-    need = job.gpus - ctx.cluster.free_gpus_total
-    chosen: list[str] = []
-    freed = 0
-    for jid in candidates:
-        if freed >= need:
-            break
-        chosen.append(jid)
-        freed += ctx.running[jid].alloc.gpus
-    if freed < need:
-        return None
-    for jid in list(reversed(chosen)):
-        gpus = ctx.running[jid].alloc.gpus
-        if freed - gpus >= need:
-            chosen.remove(jid)
-            freed -= gpus
-    return chosen
 
 
 class LowerOrder(Plugin):
     """Victims are running jobs ordered strictly after the job by the first `key_depth` parts of the profile's
-    order key (worst first). With `[las, fifo]` and depth 1, a job preempts only jobs in a lower LAS queue, never
-    one of its own queue (as in Tiresias). Anti-thrash guards: a job that started less than `min_runtime_s` ago is
-    spared, so a job is not stopped before it got anything done; a job already evicted `max_evictions` times (None:
-    no cap) is not evicted again."""
+    order key (worst first; a victim's whole order key is its level in the search, so the policy's own order
+    decides between nodes before the number of victims does). With `[las, fifo]` and depth 1, a
+    job preempts only jobs in a lower LAS queue, never one of its own queue (as in Tiresias). Anti-thrash guards
+    (filters of the victims): a job that started less than `min_runtime_s` ago is spared, so a job is not stopped
+    before it got anything done; a job already evicted `max_evictions` times (None: no cap) is not evicted again."""
 
     def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None) -> None:
         if key_depth < 1:
@@ -66,17 +49,17 @@ class LowerOrder(Plugin):
         now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
         cap, evictions = self.max_evictions, self.evictions
 
-        def worst_first() -> Iterator[str]:
+        def worst_first() -> Iterator[tuple[tuple[Any, ...], str]]:
             for i in range(len(ranked) - 1, first - 1, -1):
-                _, start_s, jid = ranked[i]
+                key, start_s, jid = ranked[i]
                 if cap is not None and evictions.get(jid, 0) >= cap:
                     continue
                 if now_s - start_s >= min_runtime_s:
-                    yield jid
+                    yield key, jid
                 else:  # spared for now: the scheduler must look again when the guard ends
                     self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
 
-        return _fewest_victims(job, ctx, worst_first())
+        return fewest_victims(job, ctx, worst_first())
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         if self.max_evictions is not None:
@@ -86,7 +69,8 @@ class LowerOrder(Plugin):
 
 
 class LowerPriority(Plugin):
-    """Victims are running jobs of strictly lower priority, lowest first, then most recently started first."""
+    """Victims are running jobs of strictly lower priority (their level in the search), lowest first, then most
+    recently started first."""
 
     def __init__(self, min_runtime_s: float = 0.0) -> None:
         self.min_runtime_s = float(min_runtime_s)
@@ -97,7 +81,7 @@ class LowerPriority(Plugin):
             for jid, run in ctx.running.items()
             if run.job.priority < job.priority and ctx.now_s - run.start_s >= self.min_runtime_s
         )
-        return _fewest_victims(job, ctx, [jid for _, _, jid in ranked])
+        return fewest_victims(job, ctx, [(priority, jid) for priority, _, jid in ranked])
 
 
 class Guarded(Plugin):
@@ -109,10 +93,10 @@ class Guarded(Plugin):
     - `budget_per_hour`: GPUs evicted over the last hour stay within this fraction of the cluster's GPUs; a job
       whose victims would overrun it waits instead.
 
-    Victims are the lowest priority first, then those that lose the least progress (GPUs x run time since their
-    last checkpoint, every `checkpoint_s`, or the job's own interval), then the fewest GPUs; victims that turn out
-    not to be needed are given back. A job whose priority class says `preemptionPolicy: Never` never evicts
-    (the framework does not ask for it)."""
+    Victims are the lowest priority first (their level in the search), then those that lose the least progress
+    (GPUs x run time since their last checkpoint, every `checkpoint_s`, or the job's own interval), then the fewest
+    GPUs; the search gives back victims that turn out not to be needed, and the budget applies to its answer. A
+    job whose priority class says `preemptionPolicy: Never` never evicts (the framework does not ask for it)."""
 
     def __init__(self, min_runtime_s: float | None = 600.0, max_evictions_per_job: int | None = 2,
                  budget_per_hour: float | None = 0.5, checkpoint_s: float = 600.0) -> None:
@@ -143,7 +127,7 @@ class Guarded(Plugin):
             and (self.min_runtime_s is None or ctx.now_s - run.start_s >= self.min_runtime_s)
             and (self.max_evictions_per_job is None or self.evictions.get(jid, 0) < self.max_evictions_per_job)
         )
-        victims = _fewest_victims(job, ctx, [r[-1] for r in ranked])
+        victims = fewest_victims(job, ctx, [(r[0], r[-1]) for r in ranked])
         if not victims:
             return None
         gpus = sum(ctx.running[v].alloc.gpus for v in victims)

@@ -14,6 +14,7 @@ import numpy as np
 
 from trimtab.cluster import GPU_MILLI
 from trimtab.model import Job
+from trimtab.plugins.victims import fewest_victims
 from trimtab.policy import Cause, Code, CycleContext, Decision, Plugin, Status
 from trimtab.usage import GPU_MILLI_DIM, USAGE_DIMS, usage_of
 
@@ -35,7 +36,9 @@ class Quota(Plugin):
     it waits.
 
     preempt (reclaim): a job whose queue stays within its deserved share after it starts may stop jobs of queues
-    that run beyond theirs (reclaimable queues only), newest first, never taking a lender below its share.
+    that run beyond theirs (reclaimable queues only), newest first, never taking a lender below its share: the
+    eligible jobs are the newest of each lender up to its GPUs beyond its share, all of one level, handed to the
+    one victim search (plugins/victims.py).
 
     `tenant_gpus` (the serve daemon's per-tenant quotas, whole GPUs, None: no limit) is read live, as the caller
     changes it in place: a job waits while its tenant's running jobs plus it would hold more than the quota,
@@ -139,22 +142,17 @@ class Quota(Plugin):
         queue = _queue_of(job)
         if int(ctx.usage.queue(queue)[1]) + job.gpus > self.deserved.get(queue, 0.0) + 1e-9:
             return None  # the job would itself run on borrowed GPUs: it may not reclaim
-        need = job.gpus - ctx.cluster.free_gpus_total
         over = {q: int(ctx.usage.queue(q)[1]) - d for q, d in self.deserved.items()
                 if q != queue and self.reclaimable.get(q, True) and int(ctx.usage.queue(q)[1]) > d}
         ranked = sorted(((run.start_s, jid, _queue_of(run.job), run.alloc.gpus) for jid, run in ctx.running.items()
                          if _queue_of(run.job) in over), reverse=True)
-        chosen: list[str] = []
-        freed = 0
+        eligible: list[tuple[int, str]] = []
         for _, jid, q, gpus in ranked:
-            if freed >= need:
-                break
             if over[q] - gpus < 0:
-                continue  # would take the lender below its deserved share
+                continue  # with the newer ones, it would take the lender below its deserved share
             over[q] -= gpus
-            chosen.append(jid)
-            freed += gpus
-        return chosen if freed >= need and chosen else None
+            eligible.append((0, jid))
+        return fewest_victims(job, ctx, eligible)
 
 
 class Drf(Plugin):

@@ -35,6 +35,7 @@ gpu_util           | GPU util     | max | {:.3f}
 backlogged_util    | util|backlog | max | {:.3f}
 starvation_rate    | starved      | min | {:.3f}
 preemptions        | preempt      | min | {:d}
+evicted_gpus_per_needed_gpu | evicted/needed | min | {:.2f}
 wasted_gpu_hours   | wasted GPU h | min | {:.1f}
 sched_cycle_p99_ms | cycle p99 ms | min | {:.2f}
 """

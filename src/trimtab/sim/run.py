@@ -141,6 +141,7 @@ class SimWorld:
         if self.scheduler.cycles_run != ran:
             self.recorder.cycle(wall_ms, len(decision.starts) + len(decision.preemptions))
             self.recorder.waiting(time_s, decision.waiting)
+            self.recorder.evicted(decision.evictions)
         for victim in decision.preemptions:
             self.stop(victim, Outcome.PREEMPTED)
         for job, alloc in decision.starts:
