@@ -32,6 +32,7 @@ class Cause(StrEnum):
     QUOTA = "quota"  # an admission quota (ResourceQuota, queue capability or share, tenant GPU quota) holds it
     RESERVATION = "reservation"  # the free GPUs are held for other jobs
     LOCALITY = "locality"  # held back for a better placement later (delay scheduling)
+    GANG = "gang"  # a pod beyond its gang's minimum, waiting for the gang to start
     OTHER = "other"
 
 

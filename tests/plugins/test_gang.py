@@ -33,7 +33,7 @@ def test_a_follower_waits_for_its_gang_saying_why_then_starts_in_the_cycle_its_g
     s.submit(job("g", 2), 1)  # does not fit beside the hog
     s.submit(job("f", 1, after="g"), 1)
     decision = s.cycle(1)
-    assert decision.waiting["f"].cause is Cause.OTHER and "gang g" in decision.waiting["f"].reason
+    assert decision.waiting["f"].cause is Cause.GANG and "gang g" in decision.waiting["f"].reason
     s.stopped("hog", 60, JobState.COMPLETED)
     assert started(s.cycle(60)) == ["f", "g"]
 

@@ -43,7 +43,7 @@ class MinMember(Plugin):
             return Status.ok()
         self._awaited.add(gang)
         return Status(Code.WAIT, f"waits for its gang {gang} to start (the pods beyond the gang's minimum start "
-                      "only after it)", self.name, Cause.OTHER)
+                      "only after it)", self.name, Cause.GANG)
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         self._started.update(job.id for job, _ in decision.starts)
