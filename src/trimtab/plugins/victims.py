@@ -25,16 +25,16 @@ def fewest_victims(job: Job, ctx: CycleContext, ranked: Ranked) -> list[str] | N
     minimum run time or an eviction cap as filters, budgets on the answer); the cycle then releases the answer in
     a Txn and starts the job only if it fits.
 
-    One task: per node, victims there worst first until the task fits, then each given back, most important
-    first, while it still fits (kube-scheduler's reprieve); among such nodes the one whose most important victim
-    has the lowest level, then the smallest sum of levels (counted as ranks: 0 for the worst level), the fewest
-    victims, the least progress lost (GPU-seconds of the victims' current runs), the lowest index. A gang (many
-    tasks): victims worst first until all its tasks fit, then each given back, most important first, whose return
-    leaves the gang placeable; None if it never fits. Inside a level, a gang takes first the victims on the nodes
-    with the most room already free, so the freed GPUs join the free ones (fewer victims). A victim spanning several
-    nodes frees them all and is stopped whole. Whole-GPU, CPU and memory requests are counted per node as
-    `ClusterState.fit_counts` counts them; GPU shares and MIG slices are released tentatively in a Txn, discarded
-    before returning."""
+    One task: per node, victims there worst first until the task fits, then each given back, most important first,
+    while it still fits (kube-scheduler's reprieve); among such nodes the one whose most important victim has the
+    lowest level, then the smallest sum of levels (counted as ranks: 0 for the worst level), the fewest victims, the
+    latest start of its most important victims (the earliest among them: the least work lost), the lowest index. A
+    gang (many tasks): victims worst first until all its tasks fit, then each given back, most important first,
+    whose return leaves the gang placeable; None if it never fits. Inside a level, a gang takes first the victims on
+    the nodes with the most room already free, so the freed GPUs join the free ones (fewer victims). A victim
+    spanning several nodes frees them all and is stopped whole. Whole-GPU, CPU and memory requests are counted per
+    node as `ClusterState.fit_counts` counts them; GPU shares and MIG slices are released tentatively in a Txn,
+    discarded before returning."""
     cluster, task = ctx.cluster, job.task
     walk = iter(ranked)  # taken lazily: most searches end after the first few victims
     seen: list[tuple[Hashable, str]] = []
@@ -113,12 +113,14 @@ def _one_task(job: Job, ctx: CycleContext, walk: Ranked, room: _Room) -> list[st
                 found[node] = _reprieve_on_node(node, victims, have, room)
     if not found:
         return None
-    running, now_s = ctx.running, ctx.now_s
+    running = ctx.running
 
     def cost(node: int) -> tuple[int, int, int, float, int]:
         victims = found[node]
-        lost_gpu_s = sum(running[jid].alloc.gpus * (now_s - running[jid].start_s) for _, jid, _ in victims)
-        return (max(r for r, _, _ in victims), sum(r for r, _, _ in victims), len(victims), lost_gpu_s, node)
+        top = max(r for r, _, _ in victims)
+        # the earliest start among the most important victims, latest first: the least work lost
+        started_s = min(running[jid].start_s for r, jid, _ in victims if r == top)
+        return (top, sum(r for r, _, _ in victims), len(victims), -started_s, node)
 
     return [jid for _, jid, _ in found[min(found, key=cost)]]
 
