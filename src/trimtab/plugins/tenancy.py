@@ -43,13 +43,17 @@ class Quota(Plugin):
     `tenant_gpus` (the serve daemon's per-tenant quotas, whole GPUs, None: no limit) is read live, as the caller
     changes it in place: a job waits while its tenant's running jobs plus it would hold more than the quota,
     counted in milli-GPU (a share of 500 is half a GPU of it). Running jobs count once placed, so a job of the same
-    cycle that was admitted but not placed holds nothing back."""
+    cycle that was admitted but not placed holds nothing back. `tenant_caps` (the serve daemon's caps beyond GPUs,
+    read live the same way: tenant -> (usage dimension of USAGE_DIMS, the most its running jobs may hold, the
+    limit's name) triples, e.g. ("pods", 16, "max_running_tasks")) holds a job the same way, its reason naming the
+    limit."""
 
     needs_usage: ClassVar[bool] = True
 
     def __init__(self, quotas: Sequence[Mapping[str, Any]] = (), queues: Sequence[Mapping[str, Any]] = (),
                  borrowing: bool = True, tenant_queues: bool = False,
-                 tenant_gpus: Mapping[str, int | None] | None = None) -> None:
+                 tenant_gpus: Mapping[str, int | None] | None = None,
+                 tenant_caps: Mapping[str, tuple[tuple[str, int, str], ...]] | None = None) -> None:
         self.hard: dict[str, list[tuple[str, np.ndarray]]] = {}
         for q in quotas:
             vec = np.array([_NO_LIMIT if q.get(k) is None else int(q[k]) for k in USAGE_DIMS], dtype=np.int64)
@@ -61,6 +65,7 @@ class Quota(Plugin):
         self.borrowing = borrowing
         self.tenant_queues = tenant_queues
         self.tenant_gpus = tenant_gpus
+        self.tenant_caps = tenant_caps
         self.deserved: dict[str, float] = {}
         # requests held this cycle; usage only grows until a job stops, so they stay held until then
         self._held: dict[tuple[object, ...], Status] = {}
@@ -93,6 +98,8 @@ class Quota(Plugin):
         key: tuple[object, ...] = (job.tenant, job.queue, job.tasks, job.task, job.task_limits)
         if self.tenant_gpus is not None:  # a held answer stands only while the tenant's quota does
             key = (*key, self.tenant_gpus.get(job.tenant))
+        if self.tenant_caps is not None:
+            key = (*key, self.tenant_caps.get(job.tenant))
         status = self._held.get(key)
         if status is None:
             status = self._check(job, ctx)
@@ -103,6 +110,10 @@ class Quota(Plugin):
     def _check(self, job: Job, ctx: CycleContext) -> Status:
         if self.tenant_gpus is not None:
             status = self._check_tenant_gpus(job, ctx)
+            if not status.success:
+                return status
+        if self.tenant_caps is not None:
+            status = self._check_tenant_caps(job, ctx)
             if not status.success:
                 return status
         quotas = self.hard.get(job.tenant, ())
@@ -134,6 +145,19 @@ class Quota(Plugin):
         if held_milli + job.tasks * job.task.gpu_milli_total > quota * GPU_MILLI:
             return Status(Code.WAIT, f"tenant {job.tenant} holds {held_milli / GPU_MILLI:g} of its {quota} GPUs",
                           self.name, Cause.QUOTA)
+        return Status.ok()
+
+    def _check_tenant_caps(self, job: Job, ctx: CycleContext) -> Status:
+        assert self.tenant_caps is not None
+        caps = self.tenant_caps.get(job.tenant, ())
+        if not caps:
+            return Status.ok()
+        held, need = ctx.usage.tenant(job.tenant), usage_of(job)
+        for dim, cap, name in caps:
+            i = USAGE_DIMS.index(dim)
+            if held[i] + need[i] > cap:
+                return Status(Code.WAIT, f"tenant {job.tenant}: {name} is {cap}; its running jobs hold {int(held[i])} "
+                              f"and this job asks for {int(need[i])} more", self.name, Cause.QUOTA)
         return Status.ok()
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:

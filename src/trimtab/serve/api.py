@@ -30,7 +30,7 @@ from trimtab.serve.errors import ServeError
 from trimtab.serve.metrics import ServeMetrics
 from trimtab.serve.requests import Principal
 from trimtab.serve.store import JobRow, RunRow, TenantRow, digest_of
-from trimtab.serve.submission import JobSpec, SubmissionError, parse_body
+from trimtab.serve.submission import PRIORITY_CLASSES, JobSpec, SubmissionError, parse_body
 from trimtab.serve.views import job_json, runs_by_job, stats
 
 LOG_CHUNK_BYTES = 1 << 20
@@ -46,8 +46,22 @@ class TokenRequest(BaseModel):
 
 
 class QuotaRequest(BaseModel):
+    """A tenant's quota and limits (serve/limits.py). Fields left out keep their values; null returns a field to
+    the server's default (for `quota_gpus`: no quota)."""
+
     model_config = ConfigDict(extra="forbid")
     quota_gpus: int | None = Field(None, ge=0, le=1_000_000, description="None: no limit")
+    priority_classes: list[str] | None = Field(None, min_length=1, max_length=len(PRIORITY_CLASSES),
+                                               description="the priority classes its jobs may use")
+    max_tasks_per_job: int | None = Field(None, ge=1, le=1_000_000, description="tasks one job may have")
+    max_running_tasks: int | None = Field(None, ge=0, le=1_000_000_000, description="tasks its running jobs "
+                                          "may hold together (a job waits beyond it)")
+    max_cpu_milli: int | None = Field(None, ge=0, le=10**15, description="CPU thousandths its running jobs may "
+                                      "request together (a job waits beyond it)")
+    max_mem_mib: int | None = Field(None, ge=0, le=10**15, description="memory (MiB) its running jobs may "
+                                    "request together (a job waits beyond it)")
+    max_pending_jobs: int | None = Field(None, ge=0, le=1_000_000_000, description="pending jobs it may have "
+                                         "(a submission beyond it is refused with 429)")
 
 
 class BodyLimit:
@@ -293,18 +307,26 @@ def _add_cluster_routes(app: FastAPI, daemon: Daemon) -> None:
 def _add_tenant_routes(app: FastAPI, daemon: Daemon) -> None:
     """Tenants, their quotas and their tokens."""
 
+    def tenant_json(name: str, quota_gpus: int | None) -> dict[str, Any]:
+        return {"name": name, "quota_gpus": quota_gpus, **daemon.requests.limits[name].as_json()}
+
     @app.get("/v1/tenants", tags=["tenants"])
     def tenants(who: Who) -> dict[str, Any]:
-        """Tenants and their GPU quotas (a tenant token sees its own)."""
+        """Tenants with their GPU quotas and limits (a tenant token sees its own)."""
         with daemon.store.reader() as s:
             rows = s.scalars(select(TenantRow).order_by(TenantRow.name)).all()
-            return {"tenants": [{"name": t.name, "quota_gpus": t.quota_gpus} for t in rows if who.sees(t.name)]}
+            return {"tenants": [tenant_json(t.name, t.quota_gpus) for t in rows if who.sees(t.name)]}
 
     @app.put("/v1/tenants/{name}", tags=["tenants"])
     def set_tenant(name: Annotated[str, Depends(_tenant_name)], body: QuotaRequest, _: Admin) -> dict[str, Any]:
-        """Create a tenant or set its GPU quota (admin)."""
-        daemon.requests.set_quota(name, body.quota_gpus)
-        return {"name": name, "quota_gpus": body.quota_gpus}
+        """Create a tenant or set its GPU quota and limits (admin). Fields left out keep their values; null
+        returns one to the server's default (for quota_gpus: no quota)."""
+        given = body.model_dump(include=body.model_fields_set)
+        quota_given, quota_gpus = "quota_gpus" in given, given.pop("quota_gpus", None)
+        daemon.requests.set_limits(name, given)  # checked before anything changes; creates the tenant if new
+        if quota_given:
+            daemon.requests.set_quota(name, quota_gpus)
+        return tenant_json(name, daemon.requests.quotas.get(name))
 
     @app.post("/v1/tokens", status_code=201, tags=["tenants"])
     def create_token(body: TokenRequest, _: Admin) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,14 +21,17 @@ from sqlalchemy import select, update
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
 from trimtab.model import Job, JobState
 from trimtab.plugins import default_registry
+from trimtab.policy import Cause, Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import Attempt
 from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
+from trimtab.serve.feasible import Feasibility
 from trimtab.serve.gpus import Inventory
 from trimtab.serve.launch import Launcher
+from trimtab.serve.limits import TenantLimits
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
 from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
@@ -41,7 +44,8 @@ class ServeConfig:
     """How `trimtab serve` runs. `db_url` None: SQLite `trimtab.db` in `data_dir`. `gpus` / `cluster` declare
     virtual GPUs; with neither, NVML finds the real ones. `grace_s`: SIGTERM-to-SIGKILL delay of a stop.
     `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory; the
-    server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None)."""
+    server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None).
+    `tenant_limits`: every tenant's limits beyond GPUs unless the admin sets others for it (serve/limits.py)."""
 
     data_dir: Path = DEFAULT_DATA_DIR
     db_url: str | None = None
@@ -57,6 +61,7 @@ class ServeConfig:
     tick_s: float = 0.05
     sample_every_s: float = 10.0
     max_body_bytes: int = 1 << 20
+    tenant_limits: TenantLimits = field(default_factory=TenantLimits)
 
     @property
     def store_url(self) -> str:
@@ -73,11 +78,15 @@ class Daemon:
 
     Two books of GPUs: the scheduler's ClusterState (what the current attempts hold, by GPU index, shares in
     milli-GPU) decides placement, and the device book `devices` (what live processes hold, by device id, tasks
-    of stopped attempts still draining included) decides when an attempt may launch. `requests` answers the API."""
+    of stopped attempts still draining included) decides when an attempt may launch. `requests` answers the API.
+
+    A job held by the tenant quotas (GPUs, and the caps of `tenant_limits` on running tasks, CPU and memory) says
+    why in its stored reason until it starts."""
 
     def __init__(self, store: Store, inventory: Inventory, executor: Executor, profile: Profile | str,
                  data_dir: Path, *, clock: Callable[[], float] = time.time, grace_s: float = 10.0,
-                 tick_s: float = 0.05, sample_every_s: float = 10.0, registry: Registry | None = None) -> None:
+                 tick_s: float = 0.05, sample_every_s: float = 10.0, registry: Registry | None = None,
+                 tenant_limits: TenantLimits | None = None) -> None:
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -85,11 +94,13 @@ class Daemon:
         self.tick_s = tick_s
         self.sample_every_s = sample_every_s
         self.lock = threading.RLock()
-        self.requests = Requests(self)
         self.registry = registry or default_registry()
         base = profile if isinstance(profile, Profile) else Profile.load(profile)
-        # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) hold under every policy, read live
-        self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas})
+        self.requests = Requests(self, tenant_limits or TenantLimits(), Feasibility(base.enabled("filter")))
+        # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) and caps on running tasks, CPU and
+        # memory hold under every policy, read live
+        self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas,
+                                                     "tenant_caps": self.requests.limits.caps})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices = DeviceBook(inventory)
@@ -104,6 +115,7 @@ class Daemon:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sample_s = 0.0
+        self._held: dict[int, str] = {}  # reasons stored for pending jobs held by a quota
         self.started_s = clock()
         self.fatal: str | None = None  # why the loop stopped for good (the executor lost its tasks' world)
         self.on_fatal: Callable[[], None] | None = None  # called from the loop thread once `fatal` is set
@@ -193,6 +205,8 @@ class Daemon:
                     observe(seconds)
             if decision.preemptions or decision.starts:
                 self._apply(decision.preemptions, decision.starts, now)
+            if decision.waiting:
+                self._note_holds(decision.waiting)
             if now - self._last_sample_s >= self.sample_every_s:
                 self._sample(now)
 
@@ -293,6 +307,7 @@ class Daemon:
                 s.execute(update(JobRow).where(JobRow.id == jid).values(
                     state="pending", preemptions=JobRow.preemptions + 1, reason="preempted"))
             for job, _alloc in starts:
+                self._held.pop(int(job.id), None)
                 row = s.get(JobRow, int(job.id))
                 assert row is not None
                 row.state, row.attempts, row.reason = "running", row.attempts + 1, ""
@@ -314,11 +329,24 @@ class Daemon:
             self.waiting_launch.append(att)
         self._launch_waiting()
 
+    def _note_holds(self, waiting: dict[str, Status]) -> None:
+        """Store why jobs the quotas hold wait (only a changed reason is written)."""
+        changed = {int(jid): status.reason for jid, status in waiting.items()
+                   if status.cause is Cause.QUOTA and self._held.get(int(jid)) != status.reason}
+        if not changed:
+            return
+        with self.store.session() as s:
+            for jid, reason in changed.items():
+                s.execute(update(JobRow).where(JobRow.id == jid, JobRow.state == "pending").values(reason=reason))
+        self._held.update(changed)
+
     def _launch_waiting(self) -> None:
         self._failed_launches += self.launcher.launch(self.waiting_launch, self.cluster)
 
     def _sample(self, now_s: float) -> None:
         self._last_sample_s = now_s
+        self._held = {jid: why for jid, why in self._held.items()  # cancelled ones go
+                      if self.scheduler.state.get(str(jid)) is JobState.PENDING}
         with self.store.session() as s:
             s.add(SampleRow(t_s=now_s, gpus_allocated=self.cluster.allocated_gpus,
                             gpus_total=self.cluster.total_gpus, pending=len(self.scheduler.context(now_s).pending),

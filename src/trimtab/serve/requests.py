@@ -1,14 +1,14 @@
-"""What the API asks of the daemon: who a token speaks for, submitting and cancelling jobs, tokens and tenant
-quotas. Each request is checked, committed to the store, then handed to the scheduler."""
+"""What the API asks of the daemon: who a token speaks for, submitting and cancelling jobs, tokens, tenant quotas
+and limits. Each request is checked, committed to the store, then handed to the scheduler."""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 
 from trimtab.cluster import GPU_MILLI, ClusterState
@@ -17,6 +17,8 @@ from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import job_of
 from trimtab.serve.errors import ServeError
 from trimtab.serve.executors.base import Executor
+from trimtab.serve.feasible import Feasibility
+from trimtab.serve.limits import TenantBook, TenantLimits
 from trimtab.serve.store import TERMINAL_STATES, JobRow, Store, TenantRow, TokenRow, digest_of, new_token
 from trimtab.serve.submission import JobSpec
 
@@ -50,20 +52,27 @@ class RequestHost(Protocol):
 
 
 class Requests:
-    """The daemon's answers to the API. `quotas` (whole GPUs per tenant, None: no quota) is the live mapping the
-    quota admission plugin reads; `tokens` maps token digests to principals. Both are loaded by `load`."""
+    """The daemon's answers to the API. `quotas` (whole GPUs per tenant, None: no quota) and `limits.caps` (caps
+    on what a tenant's running jobs hold beyond GPUs) are the live mappings the quota admission plugin reads;
+    `limits` holds every tenant's limits (limits.py), `tokens` maps token digests to principals. All are loaded by
+    `load`. `feasibility` checks submissions against the nodes with the policy's node filters."""
 
-    def __init__(self, host: RequestHost) -> None:
+    def __init__(self, host: RequestHost, defaults: TenantLimits, feasibility: Feasibility) -> None:
         self.host = host
         self.quotas: dict[str, int | None] = {}
+        self.limits = TenantBook(defaults)
         self.tokens: dict[str, Principal] = {}
+        self.feasibility = feasibility
         self._cancelled_early: set[int] = set()  # committed by `submit`, cancelled before the scheduler had it
+        self._pending_lock = threading.Lock()  # a tenant's pending jobs counted and the new one committed at once
 
     def load(self) -> None:
-        """Tenants' quotas and tokens from the store (at start)."""
+        """Tenants' quotas, limits and tokens from the store (at start)."""
         with self.host.store.reader() as s:
             for tenant in s.scalars(select(TenantRow)):
                 self.quotas[tenant.name] = tenant.quota_gpus
+                if tenant.limits:
+                    self.limits.set(tenant.name, tenant.limits)
             for token in s.scalars(select(TokenRow)):
                 self.tokens[token.digest] = Principal(token.admin, token.tenant)
 
@@ -77,16 +86,27 @@ class Requests:
         problem = self.host.executor.validate(tuple(spec.command))
         if problem:
             raise ServeError(422, problem, "command")
+        limits = self.limits[tenant]
+        refused = limits.refusal(spec, tenant)
+        if refused is not None:
+            raise refused
         self._check_fits(spec)
         quota = self.quotas.get(tenant)
         if quota is not None and spec.total_gpu_milli > quota * GPU_MILLI:
             raise ServeError(403, f"the job asks for {_gpus_text(spec.total_gpu_milli)} GPUs; tenant {tenant}'s "
                              f"quota is {quota}", "gpu_milli" if spec.gpu_milli else "gpus")
-        now = self.host.clock()
+        row = _row_of(spec, tenant, self.host.clock())
+        refused = self.feasibility.refusal(job_of(row), self.host.cluster.nodes)
+        if refused is not None:
+            raise refused
         # The commit happens outside the daemon's lock (the loop and other requests go on meanwhile); the job is
         # handed to the scheduler only once it is durable. Its id is not yet known to anyone who could cancel it.
         try:
-            job_id, job = self._commit(spec, tenant, now)
+            if limits.max_pending_jobs is None:
+                job_id, job = self._commit(row, limits.max_pending_jobs)
+            else:
+                with self._pending_lock:
+                    job_id, job = self._commit(row, limits.max_pending_jobs)
         except IntegrityError:  # the same idempotency key, submitted at the same moment: that job wins
             found = self._idempotent(tenant, spec.idempotency_key)
             if found is None:
@@ -98,27 +118,25 @@ class Requests:
             if job_id in self._cancelled_early:
                 self._cancelled_early.discard(job_id)
             else:
-                self.host.scheduler.submit(job, now)
+                self.host.scheduler.submit(job, row.submit_s)
         self.host.wake()
         return job_id, True
 
-    def _commit(self, spec: JobSpec, tenant: str, now_s: float) -> tuple[int, Job | None]:
+    def _commit(self, row: JobRow, max_pending_jobs: int | None) -> tuple[int, Job | None]:
         """Store the job: (its id, the scheduler's view of it), or (the id, None) when the idempotency key names
-        a job already accepted."""
+        a job already accepted. Raises ServeError 429 when its tenant has `max_pending_jobs` pending already."""
         with self.host.store.session() as s:
-            if spec.idempotency_key is not None:
-                found = s.scalar(select(JobRow.id).where(JobRow.tenant == tenant,
-                                                         JobRow.idempotency_key == spec.idempotency_key))
+            if row.idempotency_key is not None:
+                found = s.scalar(select(JobRow.id).where(JobRow.tenant == row.tenant,
+                                                         JobRow.idempotency_key == row.idempotency_key))
                 if found is not None:
                     return found, None
-            row = JobRow(name=spec.name, tenant=tenant, user="", state="pending", priority=spec.priority,
-                         priority_class=spec.priority_class or "", tasks=spec.tasks, gpus_per_task=spec.gpus,
-                         gpu_milli=spec.gpu_milli,
-                         cpu_milli=spec.cpu_milli, mem_mib=spec.mem_mib, gpu_models=list(spec.gpu_models),
-                         node_selector=dict(spec.node_selector), command=list(spec.command), env=dict(spec.env),
-                         workdir=spec.workdir, max_retries=spec.retries, submit_s=now_s,
-                         idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0, failures=0,
-                         preemptions=0, reason="")
+            if max_pending_jobs is not None:
+                pending = s.scalar(select(func.count()).select_from(JobRow).where(
+                    JobRow.tenant == row.tenant, JobRow.state == "pending")) or 0
+                if pending >= max_pending_jobs:
+                    raise ServeError(429, f"tenant {row.tenant} has {pending} pending jobs; its max_pending_jobs is "
+                                     f"{max_pending_jobs} (submit again once some have started)")
             s.add(row)
             s.flush()
             return row.id, job_of(row)
@@ -189,6 +207,27 @@ class Requests:
             self.tokens[digest_of(token)] = Principal(tenant is None, tenant)
         return token
 
+    def set_limits(self, tenant: str, changes: Mapping[str, Any]) -> TenantLimits:
+        """Change a tenant's limits (field -> value; None: back to the server's default) and commit them; returns
+        its limits now. Raises ServeError 422 for a value the limits refuse."""
+        with self.host.lock, self.host.store.session() as s:
+            overrides = {**self.limits.overrides.get(tenant, {}), **changes}
+            overrides = {k: v for k, v in overrides.items() if v is not None}
+            try:
+                limits = self.limits.set(tenant, overrides)
+            except ValueError as exc:
+                field, _, _ = str(exc).partition(":")
+                raise ServeError(422, str(exc), field) from None
+            row = s.get(TenantRow, tenant)
+            if row is None:
+                s.add(TenantRow(name=tenant, quota_gpus=None, created_s=self.host.clock(), limits=overrides))
+                self.quotas.setdefault(tenant, None)
+            else:
+                row.limits = overrides
+            self.host.scheduler.changed()  # a raised cap may let a waiting job start
+        self.host.wake()
+        return limits
+
     def set_quota(self, tenant: str, quota_gpus: int | None) -> None:
         with self.host.lock, self.host.store.session() as s:
             row = s.get(TenantRow, tenant)
@@ -199,6 +238,17 @@ class Requests:
             self.quotas[tenant] = quota_gpus
             self.host.scheduler.changed()  # a raised quota may let a waiting job start
         self.host.wake()
+
+
+def _row_of(spec: JobSpec, tenant: str, now_s: float) -> JobRow:
+    """The store's row of an accepted submission, not yet added."""
+    return JobRow(name=spec.name, tenant=tenant, user="", state="pending", priority=spec.priority,
+                  priority_class=spec.priority_class or "", tasks=spec.tasks, gpus_per_task=spec.gpus,
+                  gpu_milli=spec.gpu_milli, cpu_milli=spec.cpu_milli, mem_mib=spec.mem_mib,
+                  gpu_models=list(spec.gpu_models), node_selector=dict(spec.node_selector), command=list(spec.command),
+                  env=dict(spec.env), workdir=spec.workdir, max_retries=spec.retries, submit_s=now_s,
+                  idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0, failures=0,
+                  preemptions=0, reason="")
 
 
 def _gpus_text(milli: int) -> str:

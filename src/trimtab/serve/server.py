@@ -43,7 +43,7 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
     elif not token_file.exists():
         say(f"note: the database has an admin token but {token_file} is missing")
     daemon = Daemon(store, inventory, executor or LocalExecutor(), profile, data_dir, grace_s=config.grace_s,
-                    tick_s=config.tick_s, sample_every_s=config.sample_every_s)
+                    tick_s=config.tick_s, sample_every_s=config.sample_every_s, tenant_limits=config.tenant_limits)
     counts = daemon.recover()
     say(f"GPUs: {inventory.describe()}")
     say(f"store: {_safe_url(config.store_url)}; policy: {profile.name}; data: {data_dir}")

@@ -119,13 +119,15 @@ class TokenRow(Base):
 
 
 class TenantRow(Base):
-    """A tenant and its quota: the most GPUs its jobs may hold at once (None: no limit)."""
+    """A tenant, its quota (the most GPUs its jobs may hold at once; None: no limit) and the admin's overrides of
+    the server's default limits (`limits`: field of serve.limits.TenantLimits -> value; {}: the defaults)."""
 
     __tablename__ = "tenants"
 
     name: Mapped[str] = mapped_column(String(100), primary_key=True)
     quota_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_s: Mapped[float] = mapped_column(Float)
+    limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
 
 
 class SampleRow(Base):
