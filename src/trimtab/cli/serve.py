@@ -106,9 +106,23 @@ def serve_cmd(
     ray_node_ip: Annotated[str | None, typer.Option(
         help="Address of the Ray node on this machine the server joins through (backend ray; needed only "
              "where several raylets share this machine: choose one you do not expect to lose).")] = None,
+    tenant_priority_classes: Annotated[str | None, typer.Option(
+        help="Priority classes a tenant may use unless the admin allows others [default: low,normal,high].")] = None,
+    tenant_max_tasks_per_job: Annotated[int | None, typer.Option(help="Tasks one job may have; 0: no limit "
+                                                                      "[default: 256].")] = None,
+    tenant_max_running_tasks: Annotated[int | None, typer.Option(help="Tasks a tenant's running jobs may hold; "
+                                                                      "0: no limit [default: 512].")] = None,
+    tenant_max_cpu: Annotated[str | None, typer.Option(help="CPU a tenant's running jobs may request, e.g. 32 "
+                                                            "or 500m [default: none].")] = None,
+    tenant_max_memory: Annotated[str | None, typer.Option(help="Memory a tenant's running jobs may request, e.g. "
+                                                               "256Gi [default: none].")] = None,
+    tenant_max_pending_jobs: Annotated[int | None, typer.Option(help="Pending jobs a tenant may have; 0: no "
+                                                                     "limit [default: 1000].")] = None,
 ) -> None:
-    """Run the scheduler as a service on this machine's GPUs, with the API and dashboard."""
+    """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
+    hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
     from trimtab.serve.daemon import ServeConfig
+    from trimtab.serve.limits import limits_of_flags
     from trimtab.serve.server import ServerLost, run_server
 
     if gpus is not None and cluster is not None:
@@ -119,9 +133,14 @@ def serve_cmd(
         fail("--backend ray takes its nodes and GPUs from the Ray cluster: no --gpus or --cluster", 2, errors)
     if backend != "ray" and (ray_address or ray_node_ip):
         fail("--ray-address and --ray-node-ip go with --backend ray", 2, errors)
+    try:
+        limits = limits_of_flags(tenant_priority_classes, tenant_max_tasks_per_job, tenant_max_running_tasks,
+                                 tenant_max_cpu, tenant_max_memory, tenant_max_pending_jobs)
+    except ValueError as exc:
+        fail(str(exc), 2, errors)
     config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
                          port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
-                         ray_node_ip=ray_node_ip)
+                         ray_node_ip=ray_node_ip, tenant_limits=limits)
     try:
         run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except ServerLost as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
+from fractions import Fraction
 from typing import Any
 
 from trimtab.serve.errors import ServeError
@@ -137,11 +138,28 @@ class _CapsView(Mapping[str, Caps]):
         return len(self._book)
 
 
-def cpu_milli_of(text: str) -> int:
-    """CPU as `trimtab serve --tenant-max-cpu` and `trimtab tenant set --max-cpu` take it ("8", "500m")."""
-    return math.ceil(parse_quantity(text) * 1000)
-
-
-def mem_mib_of(text: str) -> int:
-    """Memory as the flags take it ("64Gi", "512Mi", "1e9"), in MiB."""
-    return math.ceil(parse_quantity(text) / (1 << 20))
+def limits_of_flags(classes: str | None = None, max_tasks_per_job: int | None = None,
+                    max_running_tasks: int | None = None, max_cpu: str | None = None, max_memory: str | None = None,
+                    max_pending_jobs: int | None = None) -> TenantLimits:
+    """The server's default limits from `trimtab serve --tenant-...`: a flag left out (None) keeps the built-in
+    default; 0 (for CPU and memory also "none") lifts the limit. CPU and memory are Kubernetes quantities ("8",
+    "500m", "64Gi"), rounded down as a ResourceQuota's hard limits are. Raises ValueError naming the flag."""
+    changes: dict[str, Any] = {}
+    if classes is not None:
+        changes["priority_classes"] = tuple(name.strip() for name in classes.split(",") if name.strip())
+    for name, count in (("max_tasks_per_job", max_tasks_per_job), ("max_running_tasks", max_running_tasks),
+                        ("max_pending_jobs", max_pending_jobs)):
+        if count is not None:
+            changes[name] = count or None
+    for name, flag, text, scale in (("max_cpu_milli", "--tenant-max-cpu", max_cpu, Fraction(1000)),
+                                    ("max_mem_mib", "--tenant-max-memory", max_memory, Fraction(1, 1 << 20))):
+        if text is not None:
+            try:
+                amount = 0 if text.strip().lower() == "none" else math.floor(parse_quantity(text) * scale)
+            except ValueError as exc:
+                raise ValueError(f"{flag}: {exc}") from None
+            changes[name] = amount or None
+    try:
+        return replace(TenantLimits(), **changes)
+    except ValueError as exc:
+        raise ValueError(f"--tenant-{str(exc).replace('_', '-')}") from None
