@@ -188,8 +188,7 @@ def test_a_new_tenant_has_the_servers_defaults(admin: httpx.Client) -> None:
     ({"node_selector": {"zone": "a"}, "gpus": 2, "tasks": 3},
      "the job's 3 tasks (2 GPUs each) cannot all run at once: the nodes it may use (a) hold 2 such tasks when empty"),
     ({"cpu_milli": 9000},
-     "the job's 1 tasks (no GPU, 9000 milli-CPU each) cannot all run at once: the nodes it may use (a) hold 0 such "
-     "tasks when empty"),
+     "the job's task (no GPU, 9000 milli-CPU) fits on none of the nodes it may use (a), even empty"),
 ])
 def test_a_job_no_node_could_ever_run_is_refused_with_the_reason(server: Server, admin: httpx.Client,
                                                                  spec: dict[str, Any], detail: str) -> None:
@@ -266,3 +265,19 @@ def test_the_serve_flags_set_every_tenants_defaults() -> None:
         limits_of_flags(max_memory="lots")
     with pytest.raises(ValueError, match="--tenant-priority-classes: unknown class 'gold'"):
         limits_of_flags("gold")
+
+
+def test_a_cluster_whose_every_node_is_tainted_refuses_jobs_with_the_taints(tmp_path: Path) -> None:
+    """The taints filter of the scheduler, run at submission: no job of the server tolerates a NoSchedule taint."""
+    from trimtab.model import Job, Resources
+    from trimtab.serve.feasible import Feasibility
+    from trimtab.serve.gpus import from_cluster_file
+
+    (tmp_path / "c.yaml").write_text("nodes:\n  - {name: x, gpus: 2, taints: [{key: gpu, value: h100}]}\n")
+    nodes = from_cluster_file(str(tmp_path / "c.yaml")).nodes
+    job = Job(id="1", submit_s=0.0, tasks=1, task=Resources(gpus=1))
+    refusal = Feasibility(["gpu-model", "node-selector", "taints"]).refusal(job, nodes)
+    assert refusal is not None and refusal.status == 422
+    assert refusal.detail == ("every node has a taint the job does not tolerate (x: gpu=h100:NoSchedule; jobs of this "
+                              "server carry no tolerations)")
+    assert Feasibility(["gpu-model", "node-selector"]).refusal(job, nodes) is None, "a policy without the taints filter"

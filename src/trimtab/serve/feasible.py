@@ -1,7 +1,7 @@
 """Whether any node of the server's inventory could ever run a job: the scheduler's own node filters
 (trimtab.plugins.filters, those the policy enables) over the nodes as they are when empty, then the gang's fit on
 the nodes they allow. A submission that no node could ever hold is refused with what failed, instead of pending
-forever."""
+forever. The nodes are the server's now: a Ray node that joins later counts from then on."""
 
 from __future__ import annotations
 
@@ -55,9 +55,12 @@ class Feasibility:
                                   f"some node ({_listed([n.name for n in nodes])})", "node_selector")
             fit = int(ctx.cluster.fit_counts(job.task)[allowed].sum())
         if fit < job.tasks:
-            names = [node.name for node, ok in zip(nodes, allowed, strict=True) if ok]
+            names = _listed([node.name for node, ok in zip(nodes, allowed, strict=True) if ok])
+            if job.tasks == 1:
+                return ServeError(422, f"the job's task ({_task_text(job)}) fits on none of the nodes it may use "
+                                  f"({names}), even empty", "tasks")
             return ServeError(422, f"the job's {job.tasks} tasks ({_task_text(job)} each) cannot all run at once: "
-                              f"the nodes it may use ({_listed(names)}) hold {fit} such tasks when empty", "tasks")
+                              f"the nodes it may use ({names}) hold {fit} such tasks when empty", "tasks")
         return None
 
 
@@ -75,7 +78,8 @@ def _why(name: str, job: Job, nodes: tuple[Node, ...]) -> str:
     if name == "taints":
         shown = sorted({f"{n.name}: {t.key}={t.value}:{t.effect}" for n in nodes for t in n.taints
                         if t.effect != "PreferNoSchedule" and not tolerates(job.tolerations, t)})
-        return f"every node has a taint the job does not tolerate ({_listed(shown)})"
+        return f"every node has a taint the job does not tolerate ({_listed(shown)}; jobs of this server carry no " \
+               "tolerations)"
     return f"no node passes the {name} filter"
 
 
