@@ -330,9 +330,15 @@ class Daemon:
         self._launch_waiting()
 
     def _note_holds(self, waiting: dict[str, Status]) -> None:
-        """Store why jobs the quotas hold wait (only a changed reason is written)."""
-        changed = {int(jid): status.reason for jid, status in waiting.items()
-                   if status.cause is Cause.QUOTA and self._held.get(int(jid)) != status.reason}
+        """Store why jobs the quotas hold wait (only a changed reason is written). A cycle asks the quotas about the
+        first of the jobs that ask the same of the same tenant and skips the others: they wait for the same reason.
+        Costs a walk over the pending jobs in a cycle that held one (a hold is asked again only after a change)."""
+        held = {_ask(self.scheduler.jobs[jid]): status.reason for jid, status in waiting.items()
+                if status.cause is Cause.QUOTA}
+        if not held:
+            return
+        reasons = {int(job.id): held[_ask(job)] for job in self.scheduler.pending() if _ask(job) in held}
+        changed = {jid: why for jid, why in reasons.items() if self._held.get(jid) != why}
         if not changed:
             return
         with self.store.session() as s:
@@ -389,3 +395,8 @@ class Daemon:
         for tenant in quotas:
             queue(tenant)
         return sorted(queues.values(), key=lambda q: q["tenant"])
+
+
+def _ask(job: Job) -> tuple[object, ...]:
+    """What a job asks of its tenant's quotas: jobs that ask the same get the same answer."""
+    return job.tenant, job.queue, job.tasks, job.task, job.task_limits
