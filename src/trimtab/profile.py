@@ -43,6 +43,7 @@ class Registry:
 
     def __init__(self, factories: Mapping[str, PluginFactory] | None = None) -> None:
         self._factories: dict[str, PluginFactory] = dict(factories or {})
+        self._resolved: dict[str, PluginFactory] = {}  # plugins of one's own, by the name a profile gave them
 
     def register(self, name: str, factory: PluginFactory) -> None:
         if name in self._factories:
@@ -56,7 +57,7 @@ class Registry:
         """The factory of `name`: registered, else imported (`package.module:Class`), else an installed entry
         point; a resolved one is kept. A ValueError, which the loaders of profiles show as it is, when none is
         found, when the module cannot be imported, or when the name leads to something other than a Plugin class."""
-        found = self._factories.get(name)
+        found = self._factories.get(name) or self._resolved.get(name)
         if found is None:
             found = _import_plugin(name) if ":" in name else _entry_point_plugin(name)
             if found is None:
@@ -66,7 +67,7 @@ class Registry:
                                  + f"; {HOW_TO_NAME}")
             if not (isinstance(found, type) and issubclass(found, Plugin)):
                 raise ValueError(f"plugin {name!r} is {found!r}, not a subclass of trimtab.Plugin")
-            self._factories[name] = found
+            self._resolved[name] = found
         return found
 
     def create(self, name: str, args: Mapping[str, Any]) -> Plugin:
