@@ -1,12 +1,16 @@
 """Profiles and the plugin registry: which plugins run at each extension point, with their arguments.
 
 A profile comes from YAML or a built-in name and is checked when it loads; `profile_for_manifests` composes the
-policy objects of Kubernetes manifests onto one, with a warning for each that it cannot honour."""
+policy objects of Kubernetes manifests onto one, with a warning for each that it cannot honour. A profile names a
+plugin by its registered name, as `package.module:Class`, or by the name an installed package gives it under the
+entry-point group `trimtab.plugins`; the Registry resolves all three."""
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
 from importlib import resources
+from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,11 +25,25 @@ if TYPE_CHECKING:
 PluginFactory = Callable[..., Plugin]
 
 
+ENTRY_POINT_GROUP = "trimtab.plugins"
+"""The entry-point group under which an installed package names its plugins (`name = package.module:Class`)."""
+
+HOW_TO_NAME = ("a plugin of one's own is named package.module:Class (its module importable: installed, or its folder "
+               f"on PYTHONPATH), or by the name its installed package gives it in the entry-point group "
+               f"{ENTRY_POINT_GROUP}")
+
+
 class Registry:
-    """Plugin factories by name. No global state: a Registry is built explicitly (see `plugins.default_registry`)."""
+    """Plugin factories by name. No global state: a Registry is built explicitly (see `plugins.default_registry`).
+
+    A name the registry does not hold is resolved when a profile first uses it (`factory`): `package.module:Class`
+    imports that class, and any other name is looked up among the entry points of the group `trimtab.plugins` of
+    the installed packages. So `simulate`, `compare`, `tune` and the servers, which all build their plugins from a
+    profile through a Registry, accept plugins of one's own alike. Registered names win over entry points."""
 
     def __init__(self, factories: Mapping[str, PluginFactory] | None = None) -> None:
         self._factories: dict[str, PluginFactory] = dict(factories or {})
+        self._resolved: dict[str, PluginFactory] = {}  # plugins of one's own, by the name a profile gave them
 
     def register(self, name: str, factory: PluginFactory) -> None:
         if name in self._factories:
@@ -35,16 +53,59 @@ class Registry:
     def names(self) -> list[str]:
         return sorted(self._factories)
 
+    def factory(self, name: str) -> PluginFactory:
+        """The factory of `name`: registered, else imported (`package.module:Class`), else an installed entry
+        point; a resolved one is kept. A ValueError, which the loaders of profiles show as it is, when none is
+        found, when the module cannot be imported, or when the name leads to something other than a Plugin class."""
+        found = self._factories.get(name) or self._resolved.get(name)
+        if found is None:
+            found = _import_plugin(name) if ":" in name else _entry_point_plugin(name)
+            if found is None:
+                installed = sorted(ep.name for ep in entry_points(group=ENTRY_POINT_GROUP))
+                raise ValueError(f"unknown plugin {name!r}; built in: {', '.join(self.names())}"
+                                 + (f"; installed: {', '.join(installed)}" if installed else "")
+                                 + f"; {HOW_TO_NAME}")
+            if not (isinstance(found, type) and issubclass(found, Plugin)):
+                raise ValueError(f"plugin {name!r} is {found!r}, not a subclass of trimtab.Plugin")
+            self._resolved[name] = found
+        return found
+
     def create(self, name: str, args: Mapping[str, Any]) -> Plugin:
-        factory = self._factories.get(name)
-        if factory is None:
-            raise ValueError(f"unknown plugin {name!r}; known: {', '.join(self.names())}")
+        factory = self.factory(name)
         try:
             plugin = factory(**args)
         except TypeError as exc:
             raise ValueError(f"plugin {name!r}: bad arguments {dict(args)}: {exc}") from exc
         plugin.name = name  # type: ignore[misc]
         return plugin
+
+
+def _import_plugin(ref: str) -> object:
+    """What `package.module:Class` names, the module imported."""
+    module_name, _, attribute = ref.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"plugin {ref!r}: name a plugin of one's own as package.module:Class")
+    try:
+        found: object = importlib.import_module(module_name)
+    except Exception as exc:  # the user's module: whatever its import raises is reported with the plugin's name
+        raise ValueError(f"plugin {ref!r}: cannot import {module_name}: {type(exc).__name__}: {exc} (is its "
+                         "package installed, or its folder on PYTHONPATH?)") from exc
+    for part in attribute.split("."):
+        found = getattr(found, part, None)
+        if found is None:
+            raise ValueError(f"plugin {ref!r}: module {module_name} has no {attribute}")
+    return found
+
+
+def _entry_point_plugin(name: str) -> object:
+    """What the installed entry point `name` of the group `trimtab.plugins` names (None: there is none)."""
+    for ep in entry_points(group=ENTRY_POINT_GROUP, name=name):
+        try:
+            return ep.load()
+        except Exception as exc:  # an installed package's code: reported with the entry point that names it
+            raise ValueError(f"plugin {name!r}: cannot load {ep.value} (entry point of the group "
+                             f"{ENTRY_POINT_GROUP}): {type(exc).__name__}: {exc}") from exc
+    return None
 
 
 # ------------------------------------------------------------------------------------------------- profile

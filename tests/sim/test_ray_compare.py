@@ -58,7 +58,7 @@ def test_compare_on_ray_gives_the_same_json_as_the_local_run(tmp_path: Path, ray
 
 def test_tune_on_ray_finds_the_same_profile_as_the_local_run(tmp_path: Path, ray_address: str) -> None:
     args = ("tune", "--cluster", "4x8", "--workload", "synthetic:jobs=300,seed=2", "--policy", "las",
-            "--objective", "avg_jct_s", "--budget", "5", "--seed", "1")
+            "--objective", "avg_jct_s", "--budget", "5", "--seed", "1", "--force")
     on_ray = _trimtab(*args, "--ray", ray_address, "--out", str(tmp_path / "ray.yaml"))
     local = _trimtab(*args, "--out", str(tmp_path / "local.yaml"))
     assert (tmp_path / "ray.yaml").read_text() == (tmp_path / "local.yaml").read_text()

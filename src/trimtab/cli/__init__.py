@@ -5,12 +5,25 @@ client command loads neither numpy, the plotting stack, the scheduler, the simul
 
 from __future__ import annotations
 
-import typer
+import os
+import shutil
 
-from trimtab.cli import bench, serve, sim
+import typer
+from typer import rich_utils
+
+from trimtab.cli import bench, config, serve, sim
+
+HELP_MIN_WIDTH = 120
+"""Help is laid out at least this wide: Typer takes the terminal's width, 80 columns when output goes to a pipe or a
+file, and cuts option texts and examples longer than their column there ("..."). A wider terminal gets its width;
+TERMINAL_WIDTH, Typer's own setting, still wins."""
+
+if not os.environ.get("TERMINAL_WIDTH"):
+    rich_utils.MAX_WIDTH = max(shutil.get_terminal_size().columns, HELP_MIN_WIDTH)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="trimtab: a GPU-cluster scheduler that keeps throughput steady, and its simulator.")
 app.add_typer(sim.commands)
 app.add_typer(serve.commands)
+app.add_typer(config.commands)
 app.add_typer(bench.commands, name="bench")

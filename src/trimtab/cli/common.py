@@ -21,8 +21,9 @@ errors = Console(stderr=True)
 def fail(message: str, code: int = 2, to: Console = console) -> NoReturn:
     """Print `error: message` on `to` (stdout unless the caller says otherwise) and exit with `code`: 2 for bad
     input, 1 for a refusal of the server, 3 for a server that lost its backend. The message is printed as text,
-    never as Rich markup, so brackets in a path or a value come through."""
-    to.print(f"[red]error:[/red] {escape(message)}", highlight=False)
+    never as Rich markup, so brackets in a path or a value come through; and never wrapped by Rich, so that a long
+    path or URL in it stays whole for copying (the terminal wraps it)."""
+    to.print(f"[red]error:[/red] {escape(message)}", highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

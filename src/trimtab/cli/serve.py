@@ -34,7 +34,10 @@ commands.add_typer(token_app, name="token")
 def _client(server: str | None, token: str | None) -> Client:
     from trimtab.serve.client import Client, resolve
 
-    return Client(resolve(server, token))
+    try:
+        return Client(resolve(server, token))
+    except ValueError as exc:  # a config file that cannot be read, a server that is no URL
+        fail(str(exc), 2, errors)
 
 
 def _call(fn: Any, *args: Any) -> Any:
@@ -169,7 +172,9 @@ def submit_cmd(
         fail("give a FILE.yaml or a command after --", 2, errors)
     assert args is not None
     path = Path(args[0])
-    is_file = len(args) == 1 and path.suffix in (".yaml", ".yml", ".json") and path.is_file()
+    is_file = len(args) == 1 and path.suffix in (".yaml", ".yml", ".json")
+    if is_file and not path.is_file():
+        fail(f"{path}: no such file" if not path.exists() else f"{path}: not a file", 2, errors)
     if gpu_milli is not None:  # checked here for a clear message; the server checks again
         if is_file:
             fail("--gpu-milli applies to a command after --; a manifest asks for a share with the annotation "

@@ -259,7 +259,10 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
              budget: Annotated[int, typer.Option(help="Candidates to try.")] = 16,
              tune_share: Annotated[float, typer.Option(help="Share of the jobs (by submission) tuned on; the "
                                                             "rest is held out.")] = 0.7,
-             out: Annotated[Path, typer.Option(help="Where the tuned profile (YAML) goes.")] = Path("tuned.yaml"),
+             out: Annotated[Path, typer.Option(help="Where the tuned profile (YAML) goes, if it beats the base on "
+                                                    "the held-out jobs.")] = Path("tuned.yaml"),
+             force: Annotated[bool, typer.Option("--force", help="Write the tuned profile even when it does not "
+                                                                 "beat the base on the held-out jobs.")] = False,
              seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
              faults: FaultsOpt = "", load: LoadOpt = 1.0,
              workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
@@ -267,8 +270,6 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
                                                                    "cluster at this address.")] = None,
              ) -> None:
     """Search a profile's numeric parameters on part of a workload; report the result on the held-out part."""
-    import yaml
-
     from trimtab.metrics import SUMMARY_KEYS
     from trimtab.profile import Profile
     from trimtab.sim.run import SimConfig
@@ -303,9 +304,23 @@ def tune_cmd(cluster: ClusterOpt, workload: WorkloadOpt,
             score = "1.000" if which == "base" else f"{result[part]['score']:.3f}"
             table.add_row(part, which, *("-" if values[m] is None else f"{values[m]:.4g}" for m in metrics), score)
     console.print(table)
+    _write_tuned(result, out, force)
+
+
+def _write_tuned(result: dict[str, Any], out: Path, force: bool) -> None:
+    """Write the tuned profile to `out` if it beat the base on the held-out jobs (or `force`), else say why not."""
+    import yaml
+
+    held_score = result["held_out"]["score"]
+    if not result["improved"] and not force:
+        kept = f"; {out} is left as it was" if out.exists() else ""
+        console.print(f"nothing written: the tuned profile scores {held_score:.4f} on the held-out jobs, no better "
+                      f"than {result['base']} (1.0000){kept}. --force writes it anyway.", highlight=False)
+        return
     profile = {k: v for k, v in result["tuned_profile"].items() if v not in ([], {}, "")}
     out.write_text(yaml.safe_dump(profile, sort_keys=False))
-    console.print(f"tuned profile written to {out} (use it with --policy {out})")
+    worse = "" if result["improved"] else f", though it scores {held_score:.4f} on the held-out jobs (base: 1.0000)"
+    console.print(f"tuned profile written to {out}{worse} (use it with --policy {out})", highlight=False)
 
 
 @commands.command("policies")

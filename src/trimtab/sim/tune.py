@@ -54,14 +54,21 @@ def knobs(profile: Profile) -> list[Knob]:
 
 
 def with_values(profile: Profile, values: dict[tuple[str | int, ...], float], name: str) -> Profile:
-    """A copy of `profile` named `name` with the knobs at the given paths set to new values."""
+    """A copy of `profile` named `name` with the knobs at the given paths set to new values. A list of thresholds
+    (an argument whose name starts with `thresholds`, such as las's `thresholds_gpu_s`) is kept in increasing
+    order, as a person writes it: its plugin sorts it anyway, so the order changes nothing it does."""
     data = copy.deepcopy(profile.model_dump())
+    thresholds: list[list[float]] = []
     for path, value in values.items():
         target: Any = data
         for key in path[:-1]:
             target = target[key]
         old = target[path[-1]]
         target[path[-1]] = round(value) if isinstance(old, int) and not isinstance(old, bool) else value
+        if len(path) > 1 and str(path[-2]).startswith("thresholds"):
+            thresholds.append(target)
+    for values_list in thresholds:
+        values_list.sort()
     data["name"] = name
     return Profile.model_validate(data)
 
@@ -109,7 +116,8 @@ def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Seq
          ray_address: str | None = None) -> dict[str, Any]:
     """Random search: `budget` candidates, each knob of `base` scaled by a log-uniform factor in [1/spread, spread],
     run on the tuning part; the best by `objective` (against the base on the same part) is then run with the base on
-    the held-out part. Returns both scores on both parts, the tuned profile and every candidate's score.
+    the held-out part. Returns both scores on both parts, the tuned profile, whether it `improved` on the base on
+    the held-out part (its score there below 1: only then is it worth using) and every candidate's score.
 
     Runs go to up to `workers` forked processes, or, with `ray_address`, to the Ray cluster there as one task each
     (all candidates at once); runs are deterministic, so the result is the same either way."""
@@ -143,6 +151,7 @@ def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Seq
     tuned = with_values(candidates[best], {}, f"{base.name}-tuned").model_copy(update={
         "description": f"{base.name} tuned for {', '.join(metrics)} on {len(tune_jobs)} jobs ({budget} candidates)"})
     base_held, tuned_held = _map([base, tuned], nodes, held_jobs, config, min(workers, 2), ray_address)
+    held_score = objective(tuned_held, base_held, metrics)
     return {
         "base": base.name,
         "objective": list(metrics),
@@ -152,7 +161,8 @@ def tune(nodes: Sequence[Node], jobs: Sequence[Job], base: Profile, metrics: Seq
         "tune": {"base": {m: base_tune.get(m) for m in metrics}, "tuned": {m: cand_tune[best].get(m) for m in metrics},
                  "score": scores[best]},
         "held_out": {"base": {m: base_held.get(m) for m in metrics}, "tuned": {m: tuned_held.get(m) for m in metrics},
-                     "score": objective(tuned_held, base_held, metrics)},
+                     "score": held_score},
+        "improved": held_score < 1.0,
         "candidates": [{"score": s, "values": {".".join(map(str, k.path)): v
                                                for k, v in zip(found, _knob_values(cand, found), strict=True)}}
                        for s, cand in zip(scores, candidates, strict=True)],
