@@ -2,8 +2,7 @@
 
 import pytest
 
-from trimtab.formats import FormatError
-from trimtab.formats import YamlSyntaxError
+from trimtab.formats import FormatError, YamlSyntaxError
 from trimtab.formats.k8s import load_manifests
 from trimtab.model import LabelSelector
 

@@ -106,6 +106,17 @@ def serve_cmd(
     ray_node_ip: Annotated[str | None, typer.Option(
         help="Address of the Ray node on this machine the server joins through (backend ray; needed only "
              "where several raylets share this machine: choose one you do not expect to lose).")] = None,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond).")] = 1 << 20,
+    body_timeout_s: Annotated[float, typer.Option(
+        "--body-timeout-s", min=0.1, help="Time to send a whole request body (408 beyond).")] = 5.0,
+    max_header_bytes: Annotated[int, typer.Option(
+        min=1024, help="Largest request line and headers (431 beyond).")] = 16 << 10,
+    header_timeout_s: Annotated[float, typer.Option(
+        "--header-timeout-s", min=0.1, help="Time to send a request line and headers (408 beyond).")] = 5.0,
+    keepalive_timeout_s: Annotated[int, typer.Option(
+        "--keepalive-timeout-s", min=1, help="An idle connection is closed after this long.")] = 5,
+    metrics_public: Annotated[bool, typer.Option(
+        help="Serve /metrics without a token (loopback --host only; else the admin or scrape token).")] = False,
 ) -> None:
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard."""
     from trimtab.serve.daemon import ServeConfig
@@ -121,7 +132,9 @@ def serve_cmd(
         fail("--ray-address and --ray-node-ip go with --backend ray", 2, errors)
     config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
                          port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
-                         ray_node_ip=ray_node_ip)
+                         ray_node_ip=ray_node_ip, max_body_bytes=max_body_bytes, body_timeout_s=body_timeout_s,
+                         max_header_bytes=max_header_bytes, header_timeout_s=header_timeout_s,
+                         keepalive_timeout_s=keepalive_timeout_s, metrics_public=metrics_public)
     try:
         run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except ServerLost as exc:

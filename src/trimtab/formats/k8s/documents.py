@@ -1,7 +1,7 @@
 """The documents of a manifest set: YAML files or text split into documents, and the field helpers every kind uses.
 
-Owns Doc (one document, with its error and warning helpers), the splitting of YAML into documents, and the value parsers that turn
-a document's fields into numbers, mappings and lists, each error naming the document and field."""
+Owns Doc (one document, with its error and warning helpers), the splitting of YAML into documents, and the value
+parsers that turn a document's fields into numbers, mappings and lists, each error naming the document and field."""
 
 from __future__ import annotations
 
