@@ -146,7 +146,7 @@ def pod(resources: str, name: str = "p", namespace: str = "") -> str:
 @pytest.mark.parametrize(("resources", "field"), [
     ("{cpu: '" + "9" * 400 + "'}", "spec.containers[0].resources.cpu"),
     ("{memory: '" + "9" * 400 + "Gi'}", "spec.containers[0].resources.memory"),
-])
+], ids=["cpu", "memory"])
 def test_quantities_of_400_nines_are_refused(tenant: httpx.Client, resources: str, field: str) -> None:
     r = post_quickly(tenant, pod(resources), YAML)
     assert r.status_code == 422 and r.json()["field"] == field, r.text
@@ -190,14 +190,16 @@ def test_no_coercion_to_counts_and_no_newlines_in_names(admin: httpx.Client, spe
      "      containers: [{name: c, image: i, command: ['true']}]\n", "spec.parallelism"),
     (pod("{cpu: '1'}", name='"p\\n"'), "metadata.name"),
     (pod("{cpu: '1'}", namespace='"team-a\\n"'), "metadata.namespace"),
-])
+], ids=["yaml-gpus-string", "yaml-gpus-bool", "parallelism-string", "name-newline", "namespace-newline"])
 def test_manifests_are_held_to_the_same_counts_and_names(admin: httpx.Client, body: str, field: str) -> None:
     r = admin.post("/v1/jobs", content=body.encode(), headers=YAML)
     assert r.status_code == 422 and r.json()["field"] == field, r.text
 
 
-def test_a_tenant_name_with_a_newline_is_refused(admin: httpx.Client) -> None:
+def test_tenant_names_and_quotas_are_strict(admin: httpx.Client) -> None:
     assert admin.put("/v1/tenants/team-c%0A", json={"quota_gpus": 1}).status_code == 422
+    assert admin.put("/v1/tenants/team-c", json={"quota_gpus": "1"}).status_code == 422
+    assert admin.post("/v1/tokens", json={"tenant": "team-c", "quota_gpus": True}).status_code == 422
     assert admin.put("/v1/tenants/team-c", json={"quota_gpus": 1}).status_code == 200
 
 

@@ -1,5 +1,6 @@
 """A schemathesis run against the OpenAPI spec of a live `trimtab serve`: whatever the generated requests, under the
-admin token or a tenant's, the server never answers 5xx and never takes over 1 s. The server runs with an empty PATH, so no generated command can run on this machine."""
+admin token or a tenant's, the server never answers 5xx and never takes over 1 s. The server runs with an empty
+PATH, so no generated command can run on this machine."""
 
 from __future__ import annotations
 

@@ -43,14 +43,14 @@ JOB_STATES = ("pending", "running", "completed", "failed", "cancelled")
 
 
 class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" and true are no counts
     tenant: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     name: str = Field("", max_length=200)
     quota_gpus: int | None = Field(None, ge=0, le=1_000_000)
 
 
 class QuotaRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" and true are no counts
     quota_gpus: int | None = Field(None, ge=0, le=1_000_000, description="None: no limit")
 
 
