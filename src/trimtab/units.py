@@ -19,6 +19,7 @@ _SUFFIX = {"": Fraction(1), "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m
            "Ei": Fraction(2**60)}
 MAX_QUANTITY = 2**63 - 1  # Kubernetes caps every quantity at this magnitude (apimachinery resource.Quantity)
 _MAX_EXPONENT = 40  # beyond it no quantity fits MAX_QUANTITY (or is non-zero at nano precision); checked first
+_MAX_DIGITS = 64  # the same for the digits written: checked before Fraction() converts them (slow, then refused)
 
 # One or more `<number><unit>` parts ("1h30m", "2 h"), or a bare number of seconds ("3600", "1e3").
 _DURATION_PART = re.compile(r"\s*(\+?(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?)\s*(ms|min|s|m|h|d|w)?")
@@ -28,10 +29,11 @@ _FOREVER = ("inf", "never", "off")
 _DURATION_EXAMPLES = "expected e.g. 90s, 15m, 2h, 1h30m, 7d, 3600 or never"
 
 
-def _shown(value: object) -> str:
-    """The value as an error message quotes it: its repr, cut short when long (400 nines stay readable)."""
+def shown(value: object, max_chars: int = 40) -> str:
+    """The value as an error message quotes it: its repr, cut to `max_chars` (400 nines stay readable, and an
+    answer never echoes a large input back)."""
     text = repr(value)
-    return text if len(text) <= 40 else f"{text[:37]}..."
+    return text if len(text) <= max_chars else f"{text[:max_chars - 3]}..."
 
 
 def parse_quantity(value: object) -> Fraction:
@@ -43,16 +45,18 @@ def parse_quantity(value: object) -> Fraction:
     text = str(value).strip() if isinstance(value, int | float | str) and not isinstance(value, bool) else "?"
     match = _QUANTITY.fullmatch(text)
     if match is None:
-        raise ValueError(f"quantity {_shown(value)} does not parse (expected e.g. 4Gi, 500m, 2)")
+        raise ValueError(f"quantity {shown(value)} does not parse (expected e.g. 4Gi, 500m, 2)")
     number, exponent, suffix = match.groups()
+    if len(number) > _MAX_DIGITS:
+        raise ValueError(f"quantity {shown(value)} is out of range (more than {_MAX_DIGITS} digits)")
     power = int(exponent[1:]) if exponent else 0
     if abs(power) > _MAX_EXPONENT:
-        raise ValueError(f"quantity {_shown(value)} is out of range (exponent beyond +-{_MAX_EXPONENT})")
+        raise ValueError(f"quantity {shown(value)} is out of range (exponent beyond +-{_MAX_EXPONENT})")
     quantity = Fraction(number) * Fraction(10) ** power * _SUFFIX[suffix or ""]
     if quantity < 0:
-        raise ValueError(f"expected a non-negative quantity, got {_shown(value)}")
+        raise ValueError(f"expected a non-negative quantity, got {shown(value)}")
     if quantity > MAX_QUANTITY:
-        raise ValueError(f"quantity {_shown(value)} is out of range (at most {MAX_QUANTITY})")
+        raise ValueError(f"quantity {shown(value)} is out of range (at most {MAX_QUANTITY})")
     return quantity
 
 
@@ -68,9 +72,9 @@ def parse_duration_s(value: object, what: str = "") -> float:
         try:
             seconds = float(value)
         except OverflowError:
-            raise ValueError(f"{prefix}duration {_shown(value)} is too large") from None
+            raise ValueError(f"{prefix}duration {shown(value)} is too large") from None
         if math.isnan(seconds) or seconds < 0:
-            raise ValueError(f"{prefix}duration {_shown(value)} must be a non-negative time")
+            raise ValueError(f"{prefix}duration {shown(value)} must be a non-negative time")
         return seconds
     text = str(value).strip().lower() if isinstance(value, str) else ""
     if text in _FOREVER:
@@ -82,10 +86,10 @@ def parse_duration_s(value: object, what: str = "") -> float:
         seconds += float(match[1]) * _DURATION_UNIT_S[match[2] or ""]
         end = match.end()
     if not text or end != len(text):
-        raise ValueError(f"{prefix}duration {_shown(value)} does not parse ({_DURATION_EXAMPLES})")
+        raise ValueError(f"{prefix}duration {shown(value)} does not parse ({_DURATION_EXAMPLES})")
     if not math.isfinite(seconds):
-        raise ValueError(f"{prefix}duration {_shown(value)} is too large")
+        raise ValueError(f"{prefix}duration {shown(value)} is too large")
     return seconds
 
 
-__all__ = ["MAX_QUANTITY", "parse_duration_s", "parse_quantity"]
+__all__ = ["MAX_QUANTITY", "parse_duration_s", "parse_quantity", "shown"]

@@ -2,8 +2,8 @@
 
 import pytest
 
-from trimtab.formats import FormatError
-from trimtab.formats.k8s import ManifestSyntaxError, load_manifests
+from trimtab.formats import FormatError, YamlSyntaxError
+from trimtab.formats.k8s import load_manifests
 from trimtab.model import LabelSelector
 
 
@@ -425,6 +425,6 @@ def test_an_env_entry_without_a_name_is_refused():
 
 
 def test_text_that_is_not_yaml_says_where():
-    with pytest.raises(ManifestSyntaxError) as err:
+    with pytest.raises(YamlSyntaxError) as err:
         load("kind: Pod\nspec: [unclosed")
     assert err.value.line == 2 and "column" in err.value.detail and "not valid YAML" in str(err.value)

@@ -198,7 +198,7 @@ def test_cancel_stops_a_running_job_and_metrics_count_it(server: Server, admin: 
     wait_state(admin, quick["id"], ("completed",))
     job = admin.post("/v1/jobs", json={"command": ["sleep", "60"], "gpus": 1, "tenant": "team-d"}).json()
     wait_state(admin, job["id"], ("running",))
-    metrics = httpx.get(f"{server.url}/metrics").text
+    metrics = admin.get("/metrics").text
     assert 'trimtab_queue_length{tenant=' in metrics and 'trimtab_gpus_allocated{node=' in metrics
     assert "trimtab_sched_cycle_seconds_bucket" in metrics and "trimtab_jobs_submitted" in metrics
     grafana = (Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json").read_text()

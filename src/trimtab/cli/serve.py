@@ -121,6 +121,17 @@ def serve_cmd(
                                                                "256Gi [default: none].")] = None,
     tenant_max_pending_jobs: Annotated[int | None, typer.Option(help="Pending jobs a tenant may have; 0: no "
                                                                      "limit [default: 1000].")] = None,
+    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond).")] = 1 << 20,
+    body_timeout_s: Annotated[float, typer.Option(
+        "--body-timeout-s", min=0.1, help="Time to send a whole request body (408 beyond).")] = 5.0,
+    max_header_bytes: Annotated[int, typer.Option(
+        min=1024, help="Largest request line and headers (431 beyond).")] = 16 << 10,
+    header_timeout_s: Annotated[float, typer.Option(
+        "--header-timeout-s", min=0.1, help="Time to send a request line and headers (408 beyond).")] = 5.0,
+    keepalive_timeout_s: Annotated[int, typer.Option(
+        "--keepalive-timeout-s", min=1, help="An idle connection is closed after this long.")] = 5,
+    metrics_public: Annotated[bool, typer.Option(
+        help="Serve /metrics without a token (loopback --host only; else the admin or scrape token).")] = False,
 ) -> None:
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
     hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
@@ -143,7 +154,10 @@ def serve_cmd(
         fail(str(exc), 2, errors)
     config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
                          port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
-                         ray_node_ip=ray_node_ip, tenant_limits=limits)
+                         ray_node_ip=ray_node_ip, tenant_limits=limits, max_body_bytes=max_body_bytes,
+                         body_timeout_s=body_timeout_s, max_header_bytes=max_header_bytes,
+                         header_timeout_s=header_timeout_s,
+                         keepalive_timeout_s=keepalive_timeout_s, metrics_public=metrics_public)
     try:
         run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except ServerLost as exc:

@@ -1,14 +1,18 @@
 """Readers that turn outside formats (job traces, cluster descriptions) into model objects.
 
-Owns FormatError, the one error every reader raises, and the small field parsers the readers share."""
+Owns FormatError, the one error every reader raises, the one YAML loader every reader of YAML uses (bounded: size,
+documents, nesting, number length, aliases), and the small field parsers the readers share."""
 
 from __future__ import annotations
 
 import csv
 import math
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
+
+import yaml
 
 
 class FormatError(ValueError):
@@ -27,6 +31,103 @@ class FormatError(ValueError):
         if field is not None:
             where = f"{where}, field {field}"
         super().__init__(f"{where}: {problem}")
+
+
+class YamlSyntaxError(FormatError):
+    """Text that is not YAML at all: `line` is where the parser gave up, `detail` the parser's words (with the
+    column). Callers that answer unreadable input differently from invalid content (the API: 400 rather than
+    422) catch it; everyone else sees a FormatError."""
+
+    def __init__(self, source: str, detail: str, line: int | None) -> None:
+        super().__init__(source, f"not valid YAML: {detail}", line=line)
+        self.detail = detail
+
+
+@dataclass(frozen=True, slots=True)
+class YamlLimits:
+    """What loading one YAML text may cost. Each bound is checked while the text is parsed, before any value is
+    built, so a text over a bound costs no more than reading up to it.
+
+    `max_bytes` of text (characters), `max_documents` documents, `max_depth` nested mappings and sequences,
+    `max_number_digits` characters in one integer (Python's int() of thousands of digits is slow, then refused).
+    `aliases`: whether `*name` may repeat an anchored value; a few bytes of nested aliases stand for billions of
+    values, so text from the network (the serve API) is read without them."""
+
+    max_bytes: int = 1 << 30
+    max_documents: int = 10_000_000
+    max_depth: int = 100
+    max_number_digits: int = 100
+    aliases: bool = True
+
+
+FILE_YAML = YamlLimits()  # files on this machine, named by their owner
+_INT_TAG = "tag:yaml.org,2002:int"
+
+
+def yaml_documents(text: str, source: str, limits: YamlLimits = FILE_YAML) -> list[tuple[int, int, Any]]:
+    """`(number, line, data)` of every document of `text` (number and line 1-based; data None for an empty
+    document), read by the one YAML loader (libyaml, safe types only). Raises YamlSyntaxError for text that is
+    not YAML, FormatError naming the bound and where it was crossed for text over one of `limits`."""
+    if len(text) > limits.max_bytes:
+        raise FormatError(source, f"YAML text of {len(text)} characters is over the limit of {limits.max_bytes}")
+    _check_events(text, source, limits)
+    loader = yaml.CSafeLoader(text)
+    out: list[tuple[int, int, Any]] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            line = node.start_mark.line + 1 if node is not None else 0
+            out.append((len(out) + 1, line, loader.construct_document(node) if node is not None else None))
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, text, source) from None
+    finally:
+        loader.dispose()
+    return out
+
+
+def _check_events(text: str, source: str, limits: YamlLimits) -> None:
+    """Walk the parser's events once (no values built) and refuse the first thing over a bound."""
+    loader = yaml.CSafeLoader(text)
+    depth, documents = 0, 0
+    try:
+        while loader.check_event():
+            event = loader.get_event()
+            line = event.start_mark.line + 1
+            if isinstance(event, yaml.DocumentStartEvent):
+                documents += 1
+                if documents > limits.max_documents:
+                    raise FormatError(source, f"more than {limits.max_documents} YAML documents (the limit)",
+                                      line=line)
+            elif isinstance(event, yaml.CollectionStartEvent):
+                depth += 1
+                if depth > limits.max_depth:
+                    raise FormatError(source, f"YAML nested deeper than {limits.max_depth} levels (the limit), "
+                                      f"in document {documents}", line=line)
+            elif isinstance(event, yaml.CollectionEndEvent):
+                depth -= 1
+            elif isinstance(event, yaml.AliasEvent) and not limits.aliases:
+                raise FormatError(source, f"YAML aliases (*{event.anchor}) are not accepted here: write the value "
+                                  f"out (document {documents})", line=line)
+            elif isinstance(event, yaml.ScalarEvent) and len(event.value) > limits.max_number_digits:
+                tag = event.tag if event.tag not in (None, "!") else loader.resolve(
+                    yaml.ScalarNode, event.value, event.implicit)
+                if tag == _INT_TAG:
+                    raise FormatError(source, f"a number of {len(event.value)} digits is over the limit of "
+                                      f"{limits.max_number_digits} (document {documents})", line=line)
+    except yaml.YAMLError as exc:
+        raise _syntax_error(exc, text, source) from None
+    finally:
+        loader.dispose()
+
+
+def _syntax_error(exc: yaml.YAMLError, text: str, source: str) -> YamlSyntaxError:
+    """The parser's error, at its line; libyaml marks the end of the text one line past the last one."""
+    mark = getattr(exc, "problem_mark", None)
+    problem = getattr(exc, "problem", None) or str(exc)
+    if mark is None:
+        return YamlSyntaxError(source, problem, None)
+    line = min(mark.line + 1, text.count("\n") + 1)
+    return YamlSyntaxError(source, f"column {mark.column + 1}: {problem}", line)
 
 
 def _open_text(path: Path, source: str) -> TextIO:
@@ -109,4 +210,5 @@ def _parse_seconds(text: str, source: str, line: int | None, field: str, *, sign
 from trimtab.formats.cluster import load_cluster  # noqa: E402
 from trimtab.formats.traces import TRACE_FORMATS, load_trace, write_csv  # noqa: E402
 
-__all__ = ["TRACE_FORMATS", "FormatError", "load_cluster", "load_trace", "write_csv"]
+__all__ = ["FILE_YAML", "TRACE_FORMATS", "FormatError", "YamlLimits", "YamlSyntaxError", "load_cluster", "load_trace",
+           "write_csv", "yaml_documents"]

@@ -14,7 +14,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
-from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int
+from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int, yaml_documents
 from trimtab.model import Node, Resources, Taint
 from trimtab.units import parse_quantity
 
@@ -236,12 +236,10 @@ def _read_yaml(path: Path, source: str) -> list[Node]:
     errors). A group named N with count > 1 gives N-0, N-1, ...; cpu/memory default to the shape assumption."""
     with _open_text(path, source) as stream:
         text = stream.read()
-    try:
-        document = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise FormatError(source, f"not valid YAML: {problem}", line=mark.line + 1 if mark else None) from None
+    documents = yaml_documents(text, source)
+    if len(documents) > 1:
+        raise FormatError(source, f"expected one YAML document, got {len(documents)}", line=documents[1][1])
+    document = documents[0][2] if documents else None
     bare_list = isinstance(document, list)
     try:
         cluster = _ClusterDoc.model_validate({"nodes": document} if bare_list else document)

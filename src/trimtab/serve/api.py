@@ -2,11 +2,14 @@
 tenants, tokens, /metrics and the dashboard at /.
 
 Bearer tokens: the admin token sees and changes everything; a tenant token sees, submits and cancels only its
-tenant's jobs, held to its quota. Errors are JSON `{"detail": message, "field": path}` with a precise 4xx."""
+tenant's jobs, held to its quota. /metrics takes the admin token or the scrape token (open with --metrics-public).
+Errors are JSON `{"detail": message, "field": path}` with a precise 4xx, quoting at most a short excerpt of the
+request. Every answer carries the security headers of trimtab.serve.guards."""
 
 from __future__ import annotations
 
-import json
+import hmac
+import re
 import time
 from importlib.resources import files
 from pathlib import Path
@@ -22,24 +25,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import select
 from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from trimtab.serve.daemon import Daemon
+from trimtab.serve.daemon import Daemon, ServeConfig
 from trimtab.serve.dashboard import DASHBOARD_HTML
 from trimtab.serve.errors import ServeError
+from trimtab.serve.guards import BodyLimit, SecurityHeaders, page_csp
 from trimtab.serve.metrics import ServeMetrics
 from trimtab.serve.requests import Principal
 from trimtab.serve.store import JobRow, RunRow, TenantRow, digest_of
-from trimtab.serve.submission import PRIORITY_CLASSES, JobSpec, SubmissionError, parse_body
+from trimtab.serve.submission import EXCERPT_CHARS, PRIORITY_CLASSES, JobSpec, SubmissionError, parse_body
 from trimtab.serve.views import job_json, runs_by_job, stats
 
 LOG_CHUNK_BYTES = 1 << 20
+MAX_LOG_OFFSET = 1 << 40  # past any log; a larger seek fails in the kernel (EINVAL)
 DOCS_ASSETS_URL = "/docs-assets"  # Swagger UI from the fastapi-offline wheel: /docs needs no CDN
 JOB_STATES = ("pending", "running", "completed", "failed", "cancelled")
 
 
 class TokenRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" and true are no counts
     tenant: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
     name: str = Field("", max_length=200)
     quota_gpus: int | None = Field(None, ge=0, le=1_000_000)
@@ -49,7 +53,7 @@ class QuotaRequest(BaseModel):
     """A tenant's quota and limits (serve/limits.py). Fields left out keep their values; null returns a field to
     the server's default (for `quota_gpus`: no quota)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # "2" and true are no counts
     quota_gpus: int | None = Field(None, ge=0, le=1_000_000, description="None: no limit")
     priority_classes: list[str] | None = Field(None, min_length=1, max_length=len(PRIORITY_CLASSES),
                                                description="the priority classes its jobs may use")
@@ -62,51 +66,6 @@ class QuotaRequest(BaseModel):
                                     "request together (a job waits beyond it)")
     max_pending_jobs: int | None = Field(None, ge=0, le=1_000_000_000, description="pending jobs it may have "
                                          "(a submission beyond it is refused with 429)")
-
-
-class BodyLimit:
-    """Refuses request bodies over `max_bytes` with 413, whether or not the client sent a Content-Length."""
-
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
-        self.app = app
-        self.max_bytes = max_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        length = dict(scope.get("headers") or []).get(b"content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_bytes):
-            await _too_large(self.max_bytes, send)
-            return
-        body = bytearray()
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self.max_bytes:
-                await _too_large(self.max_bytes, send)
-                return
-        sent = False
-
-        async def replay() -> Message:
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": bytes(body), "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
-
-
-async def _too_large(max_bytes: int, send: Send) -> None:
-    payload = json.dumps({"detail": f"request body larger than {max_bytes} bytes", "field": ""}).encode()
-    await send({"type": "http.response.start", "status": 413,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(payload)).encode())]})
-    await send({"type": "http.response.body", "body": payload})
 
 
 def principal(request: Request) -> Principal:
@@ -134,12 +93,16 @@ Admin = Annotated[Principal, Depends(admin)]
 JobId = Annotated[int, PathParam(ge=1, le=2**62)]
 
 
-def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
-    """The API around a running (or about to run) daemon."""
+def create_app(daemon: Daemon, config: ServeConfig | None = None, scrape_token: str | None = None) -> FastAPI:
+    """The API around a running (or about to run) daemon, bounded by `config` (its request limits and
+    metrics_public). `scrape_token`: a token that reads /metrics and nothing else (None: only the admin token)."""
+    config = config or ServeConfig()
     app = FastAPI(title="trimtab serve", version="1", description=__doc__, docs_url=None, redoc_url=None)
     metrics = ServeMetrics(daemon)
     app.state.daemon = daemon
     app.state.metrics = metrics
+    app.state.metrics_public = config.metrics_public
+    app.state.scrape_token = scrape_token
     _add_error_handlers(app)
     _add_submit(app, daemon)
     _add_job_routes(app, daemon)
@@ -148,7 +111,9 @@ def create_app(daemon: Daemon, max_body_bytes: int = 1 << 20) -> FastAPI:
     _add_tenant_routes(app, daemon)
     _add_service_routes(app, daemon, metrics)
     _add_docs(app)
-    app.add_middleware(BodyLimit, max_bytes=max_body_bytes)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, max_bytes=config.max_body_bytes,  # type: ignore[arg-type]
+                       timeout_s=config.body_timeout_s)
+    app.add_middleware(SecurityHeaders)  # type: ignore[arg-type]  # added last: outermost, so 408/413 get them too
     return app
 
 
@@ -158,13 +123,21 @@ def _add_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServeError)
     async def _serve_error(_request: Request, exc: ServeError) -> JSONResponse:
         headers = {"WWW-Authenticate": "Bearer"} if exc.status == 401 else None
-        return JSONResponse({"detail": exc.detail, "field": exc.field}, status_code=exc.status, headers=headers)
+        return JSONResponse(_error(exc.detail, exc.field), status_code=exc.status, headers=headers)
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_request: Request, exc: RequestValidationError) -> JSONResponse:
         err = exc.errors()[0]
         field = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path"))
-        return JSONResponse({"detail": str(err.get("msg", "invalid request")), "field": field}, status_code=422)
+        return JSONResponse(_error(str(err.get("msg", "invalid request")), field), status_code=422)
+
+
+def _error(detail: str, field: str) -> dict[str, str]:
+    """An error body. Messages quote the request in short excerpts; this bounds what a message built around a
+    long field path or several excerpts may still echo."""
+    limit = 2 * EXCERPT_CHARS
+    return {"detail": detail if len(detail) <= limit else f"{detail[:limit - 3]}...",
+            "field": field if len(field) <= EXCERPT_CHARS else f"{field[:EXCERPT_CHARS - 3]}..."}
 
 
 def _add_submit(app: FastAPI, daemon: Daemon) -> None:
@@ -245,7 +218,7 @@ def _add_log_route(app: FastAPI, daemon: Daemon) -> None:
     @app.get("/v1/jobs/{job_id}/logs", tags=["jobs"], response_class=PlainTextResponse)
     def job_logs(job_id: JobId, who: Who, attempt: Annotated[int | None, Query(ge=1, le=1_000_000)] = None,
                  rank: Annotated[int, Query(ge=0, le=100_000)] = 0,
-                 offset: Annotated[int, Query(ge=0, le=2**62)] = 0) -> Response:
+                 offset: Annotated[int, Query(ge=0, le=MAX_LOG_OFFSET)] = 0) -> Response:
         """A task's output (stdout and stderr) from byte `offset`, up to 1 MiB; the latest attempt unless
         `attempt` is given. Headers: X-Trimtab-Offset (where to read next), X-Trimtab-Attempt (the attempt read),
         X-Trimtab-Latest (the job's latest attempt: a follower moves on to it when a retry starts), X-Trimtab-Done
@@ -348,8 +321,11 @@ def _add_service_routes(app: FastAPI, daemon: Daemon, metrics: ServeMetrics) -> 
             return stats(s, since, max(hours * 3600 / 60, 10.0))
 
     @app.get("/metrics", tags=["cluster"], response_class=PlainTextResponse)
-    def prometheus() -> Response:
-        """Prometheus exposition (no token: aggregates only)."""
+    def prometheus(request: Request) -> Response:
+        """Prometheus exposition. Needs the admin token or the scrape token (data dir, metrics.token): it names
+        every tenant and its usage. A server started with --metrics-public (loopback only) answers anyone."""
+        if not request.app.state.metrics_public:
+            _check_scraper(request)
         return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.get("/healthz", tags=["cluster"])
@@ -358,7 +334,21 @@ def _add_service_routes(app: FastAPI, daemon: Daemon, metrics: ServeMetrics) -> 
 
     @app.get("/", response_class=HTMLResponse, include_in_schema=False)
     def dashboard() -> HTMLResponse:
-        return HTMLResponse(DASHBOARD_HTML)
+        return HTMLResponse(DASHBOARD_HTML, headers={"Content-Security-Policy": DASHBOARD_CSP})
+
+
+DASHBOARD_CSP = page_csp(DASHBOARD_HTML)
+
+
+def _check_scraper(request: Request) -> None:
+    """Raises ServeError 401/403 unless the request bears the scrape token or the admin token."""
+    header = request.headers.get("authorization", "")
+    token = header.partition(" ")[2].strip()
+    scrape_token = request.app.state.scrape_token
+    if header and scrape_token and hmac.compare_digest(token.encode(), scrape_token.encode()):
+        return
+    if not principal(request).admin:  # principal: 401 without a known token
+        raise ServeError(403, "/metrics needs the admin token or the scrape token")
 
 
 def _visible_job(s: Any, job_id: int, who: Principal) -> JobRow:
@@ -380,18 +370,18 @@ def _add_docs(app: FastAPI) -> None:
     @app.get("/docs", include_in_schema=False)
     def swagger_ui(request: Request) -> HTMLResponse:
         root = request.scope.get("root_path", "")
-        return get_swagger_ui_html(
+        page = get_swagger_ui_html(
             openapi_url=f"{root}{app.openapi_url}", title=f"{app.title} - API",
             swagger_js_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui-bundle.js",
             swagger_css_url=f"{root}{DOCS_ASSETS_URL}/swagger-ui.css",
             swagger_favicon_url=f"{root}{DOCS_ASSETS_URL}/favicon.png",
             swagger_ui_parameters={"validatorUrl": None})
+        page.headers["Content-Security-Policy"] = page_csp(bytes(page.body).decode())
+        return page
 
 
 def _tenant_name(name: str) -> str:
-    import re
-
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$", name):
+    if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}", name):
         raise ServeError(422, "use letters, digits, '.', '_' and '-', starting with a letter or digit", "name")
     return name
 

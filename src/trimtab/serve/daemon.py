@@ -60,8 +60,14 @@ class ServeConfig:
     ray_node_ip: str | None = None
     tick_s: float = 0.05
     sample_every_s: float = 10.0
+    # Request limits (docs/security.md): a request over one is refused with a 4xx naming it.
     max_body_bytes: int = 1 << 20
     tenant_limits: TenantLimits = field(default_factory=TenantLimits)
+    body_timeout_s: float = 5.0
+    max_header_bytes: int = 16 << 10
+    header_timeout_s: float = 5.0
+    keepalive_timeout_s: int = 5
+    metrics_public: bool = False  # /metrics without a token; loopback only
 
     @property
     def store_url(self) -> str:

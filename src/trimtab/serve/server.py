@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import os
+import secrets
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +20,8 @@ from trimtab.serve.gpus import discover
 from trimtab.serve.store import Store
 
 ADMIN_TOKEN_FILE = "admin.token"
+SCRAPE_TOKEN_FILE = "metrics.token"
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 
 
 def prepare(config: ServeConfig, say: Callable[[str], None] = print,
@@ -61,18 +64,24 @@ def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
     import uvicorn
 
     from trimtab.serve.api import create_app
+    from trimtab.serve.guards import BoundedH11
 
+    if config.metrics_public and config.host not in LOOPBACK:
+        raise ValueError(f"--metrics-public opens /metrics (tenant names and usage) to anyone who can connect: "
+                         f"it needs a loopback --host, not {config.host}; a remote scraper uses the scrape token")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)
     daemon = prepare(config, say)
-    app = create_app(daemon, config.max_body_bytes)
+    app = create_app(daemon, config, _scrape_token(config.data_dir.expanduser() / SCRAPE_TOKEN_FILE))
     daemon.start()
-    if config.host not in ("127.0.0.1", "localhost", "::1"):
+    if config.host not in LOOPBACK:
         say(f"note: listening on {config.host}: the API is reachable from the network and speaks plain HTTP; put "
             "a TLS proxy in front of it so tokens do not travel in clear text")
     say(f"serving on http://{config.host}:{config.port}/ (API docs at /docs)")
+    protocol = BoundedH11.configured(config.header_timeout_s, config.max_header_bytes)
     server = uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level="warning",
-                                           access_log=False))
+                                           access_log=False, http=protocol, h11_max_incomplete_event_size=
+                                           config.max_header_bytes, timeout_keep_alive=config.keepalive_timeout_s))
 
     def lost() -> None:
         server.should_exit = True
@@ -85,6 +94,15 @@ def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
         daemon.store.close()
     if daemon.fatal:
         raise ServerLost(daemon.fatal)
+
+
+def _scrape_token(path: Path) -> str:
+    """The token that reads /metrics and nothing else: kept in `path` (0600), made at the first start."""
+    if path.exists():
+        return path.read_text().strip()
+    token = secrets.token_urlsafe(32)
+    _write_secret(path, token)
+    return token
 
 
 def _write_secret(path: Path, text: str) -> None:

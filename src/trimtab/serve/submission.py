@@ -1,7 +1,10 @@
 """What a submission may say, and the readers that turn a request body into it: a JSON job, or Kubernetes manifests
 in YAML read by the one Kubernetes reader (trimtab.formats.k8s), as `simulate --manifests` reads them.
 
-Every error names the field it is about, so the API can answer a precise 4xx and store nothing."""
+Every error names the field it is about, so the API can answer a precise 4xx and store nothing. Reading a body
+costs a bounded amount whatever it holds: JSON and YAML nesting, YAML documents and aliases, and the digits of a
+number are capped before anything is built (SUBMISSION_YAML, MAX_JSON_DEPTH, MAX_NUMBER_DIGITS); an error quotes
+at most EXCERPT_CHARS of what was sent."""
 
 from __future__ import annotations
 
@@ -13,22 +16,24 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from trimtab.cluster import GPU_MILLI
-from trimtab.formats import FormatError
-from trimtab.formats.k8s import (
-    Container,
-    Launch,
-    ManifestSyntaxError,
-    PriorityClass,
-    documents_of_text,
-    read_documents,
-)
+from trimtab.formats import FormatError, YamlLimits, YamlSyntaxError
+from trimtab.formats.k8s import Container, Launch, PriorityClass, documents_of_text, read_documents
 from trimtab.model import Job
+from trimtab.units import shown
 
 MAX_TASKS = 1024
 MAX_GPUS_PER_TASK = 64
 PRIORITY_CLASSES: Mapping[str, int] = {"low": -100, "normal": 0, "high": 100, "system": 1000}
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,255}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,99}")  # always fullmatch: `$` would let a trailing newline in
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,255}")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+MAX_JSON_DEPTH = 32  # a job is 3 levels deep; json.loads recurses once per level
+MAX_NUMBER_DIGITS = 30  # int() of a few thousand digits is slow, then refused by Python itself
+EXCERPT_CHARS = 200
+# A submission is one workload: at most a PodGroup with MAX_TASKS pods, and PriorityClasses beside it. Aliases are
+# refused: nested ones expand a few hundred bytes into billions of values.
+SUBMISSION_YAML = YamlLimits(max_bytes=16 << 20, max_documents=MAX_TASKS + 64, max_depth=MAX_JSON_DEPTH,
+                             max_number_digits=MAX_NUMBER_DIGITS, aliases=False)
 
 
 class SubmissionError(ValueError):
@@ -47,7 +52,7 @@ class JobSpec(BaseModel):
     `gpu_milli` share (1..999 thousandths) of one GPU, shared with other tasks under MPS; the job runs `command`
     (argv, no shell) in every task. `retries`: failed attempts allowed before the job fails."""
 
-    model_config = ConfigDict(extra="forbid", str_max_length=10_000)
+    model_config = ConfigDict(extra="forbid", str_max_length=10_000, strict=True)  # "2" and true are no counts
 
     name: str = Field("", max_length=100, description="a label; letters, digits, '.', '_' and '-'")
     command: list[str] = Field(min_length=1, max_length=1000, description="argv of every task")
@@ -84,14 +89,14 @@ class JobSpec(BaseModel):
     @field_validator("name")
     @classmethod
     def _name_ok(cls, value: str) -> str:
-        if value and not _NAME.match(value):
+        if value and not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-', starting with a letter or digit")
         return value
 
     @field_validator("tenant")
     @classmethod
     def _tenant_ok(cls, value: str | None) -> str | None:
-        if value is not None and not _NAME.match(value):
+        if value is not None and not _NAME.fullmatch(value):
             raise ValueError("use letters, digits, '.', '_' and '-', starting with a letter or digit")
         return value
 
@@ -108,10 +113,26 @@ class JobSpec(BaseModel):
     @classmethod
     def _env_ok(cls, value: dict[str, str]) -> dict[str, str]:
         for key, item in value.items():
-            if not _ENV_NAME.match(key):
-                raise ValueError(f"{key!r} is not a valid environment variable name")
+            if not _ENV_NAME.fullmatch(key):
+                raise ValueError(f"{excerpt(key)} is not a valid environment variable name")
             if "\0" in item:
                 raise ValueError(f"value of {key} must not contain NUL characters")
+        return value
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_ok(cls, value: str | None) -> str | None:
+        if value is not None and _CONTROL.search(value):
+            raise ValueError("must not contain control characters")
+        return value
+
+    @field_validator("gpu_models", "node_selector")
+    @classmethod
+    def _no_control_characters(cls, value: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
+        items = [*value.items()] if isinstance(value, dict) else [(item, "") for item in value]
+        for key, item in items:
+            if _CONTROL.search(key) or _CONTROL.search(item):
+                raise ValueError(f"{excerpt(key)} must not contain control characters")
         return value
 
     @field_validator("priority_class")
@@ -146,12 +167,42 @@ def parse_body(body: bytes, content_type: str) -> JobSpec:
         raise SubmissionError("the body is not UTF-8 text", status=400) from None
     if "yaml" in kind:
         return read_manifest(text)
+    _check_json_depth(text)
     try:
-        data = json.loads(text)
+        data = json.loads(text, parse_int=_json_int)
     except json.JSONDecodeError as exc:
         raise SubmissionError(f"malformed JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
                               status=400) from None
     return spec_from_dict(data)
+
+
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')
+_NOT_BRACKET = re.compile(r"[^\[\]{}]+")
+
+
+def _check_json_depth(text: str) -> None:
+    """Refuse JSON nested deeper than MAX_JSON_DEPTH before json.loads recurses into it: brackets outside
+    strings, counted (a linear scan of the brackets alone)."""
+    brackets = _NOT_BRACKET.sub("", _JSON_STRING.sub("", text))
+    if len(brackets) <= MAX_JSON_DEPTH:
+        return
+    depth = 0
+    for bracket in brackets:
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_JSON_DEPTH:
+            raise SubmissionError(f"JSON nested deeper than {MAX_JSON_DEPTH} levels (the limit)", status=400)
+
+
+def _json_int(digits: str) -> int:
+    if len(digits) > MAX_NUMBER_DIGITS:
+        raise SubmissionError(f"a number of {len(digits)} digits is over the limit of {MAX_NUMBER_DIGITS}",
+                              status=400)
+    return int(digits)
+
+
+def excerpt(value: object) -> str:
+    """`value` as an error message quotes it: its repr, cut to EXCERPT_CHARS."""
+    return shown(value, EXCERPT_CHARS)
 
 
 def spec_from_dict(data: Any) -> JobSpec:
@@ -198,8 +249,8 @@ def read_manifest(text: str) -> JobSpec:
     the document and the field; a container's resource is named without its requests/limits level
     (`spec.containers[0].resources.cpu`), as the API always has."""
     try:
-        docs = documents_of_text(text, "manifest")
-    except ManifestSyntaxError as exc:
+        docs = documents_of_text(text, "manifest", SUBMISSION_YAML)
+    except YamlSyntaxError as exc:
         where = f" at line {exc.line}" if exc.line is not None else ""
         raise SubmissionError(f"malformed YAML{where}: {exc.detail}", status=400) from None
     except FormatError as exc:
@@ -276,7 +327,7 @@ def _job_spec(job: Job, launch: Launch) -> JobSpec:
     except ValidationError as exc:
         err = exc.errors()[0]
         name = str(err["loc"][0]) if err["loc"] else ""
-        message = f"{err['msg'].removeprefix('Value error, ')}, got {err['input']!r}"
+        message = f"{err['msg'].removeprefix('Value error, ')}, got {excerpt(err['input'])}"
         fields = {"name": "metadata.name", "tenant": "metadata.namespace", "tasks": "spec",
                   "retries": "spec.backoffLimit", "node_selector": f"{pod.path}.nodeSelector",
                   "command": f"{container.path}.command", "env": f"{container.path}.env",
@@ -302,13 +353,11 @@ def _gang_container(launch: Launch) -> Container:
     return first.containers[0]
 
 
-def _int(value: Any, where: str, low: int, high: int) -> int:
-    if isinstance(value, bool):
-        raise SubmissionError(f"expected an integer from {low} to {high}, got {value!r}", where)
-    try:
-        number = int(str(value))
-    except ValueError:
-        raise SubmissionError(f"expected an integer from {low} to {high}, got {value!r}", where) from None
+def _int(value: str, where: str, low: int, high: int) -> int:
+    """An annotation's integer (annotations are strings): ASCII digits only, within [low, high]."""
+    if not re.fullmatch(r"[0-9]{1,9}", value):
+        raise SubmissionError(f"expected an integer from {low} to {high}, got {excerpt(value)}", where)
+    number = int(value)
     if not low <= number <= high:
         raise SubmissionError(f"expected an integer from {low} to {high}, got {number}", where)
     return number

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from trimtab.formats.k8s.documents import ManifestSyntaxError, documents_of_path, documents_of_text
+from trimtab.formats.k8s.documents import documents_of_path, documents_of_text
 from trimtab.formats.k8s.policy_objects import PriorityClass, QueueSpec, Quota, ReservationSpec
 from trimtab.formats.k8s.reader import Manifests, read_documents
 from trimtab.formats.k8s.workloads import BACKOFF_LIMIT, Container, Launch, PodRun
@@ -26,7 +26,6 @@ __all__ = [
     "BACKOFF_LIMIT",
     "Container",
     "Launch",
-    "ManifestSyntaxError",
     "Manifests",
     "PodRun",
     "PriorityClass",

@@ -1,7 +1,7 @@
 """The documents of a manifest set: YAML files or text split into documents, and the field helpers every kind uses.
 
-Owns Doc (one document, with its error and warning helpers), the reading of YAML, and the value parsers that turn
-a document's fields into numbers, mappings and lists, each error naming the document and field."""
+Owns Doc (one document, with its error and warning helpers), the splitting of YAML into documents, and the value
+parsers that turn a document's fields into numbers, mappings and lists, each error naming the document and field."""
 
 from __future__ import annotations
 
@@ -11,22 +11,10 @@ from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from trimtab.formats import FormatError
-from trimtab.units import parse_duration_s, parse_quantity
+from trimtab.formats import FILE_YAML, FormatError, YamlLimits, yaml_documents
+from trimtab.units import parse_duration_s, parse_quantity, shown
 
 GPU = "nvidia.com/gpu"
-
-
-class ManifestSyntaxError(FormatError):
-    """Text that is not YAML at all: `line` is where the parser gave up, `detail` the parser's words (with the
-    column). Callers that answer unreadable input differently from invalid content (the API: 400 rather than
-    422) catch it; everyone else sees a FormatError."""
-
-    def __init__(self, source: str, detail: str, line: int | None) -> None:
-        super().__init__(source, f"not valid YAML: {detail}", line=line)
-        self.detail = detail
 
 
 @dataclass(slots=True)
@@ -80,44 +68,25 @@ def documents_of_path(path: Path) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def documents_of_text(text: str, source: str) -> list[tuple[str, dict[str, Any]]]:
+def documents_of_text(text: str, source: str, limits: YamlLimits = FILE_YAML) -> list[tuple[str, dict[str, Any]]]:
     """(source, data) of every non-empty document of `text`; each source names `source`, the document's number
-    and its first line. Raises ManifestSyntaxError for text that is not YAML, FormatError for a document that is
-    not a mapping."""
-    loader = yaml.SafeLoader(text)
+    and its first line. Raises YamlSyntaxError for text that is not YAML, FormatError for text over `limits` or a
+    document that is not a mapping."""
     out: list[tuple[str, dict[str, Any]]] = []
-    index = 0
-    try:
-        while loader.check_node():
-            node = loader.get_node()
-            index += 1
-            line = node.start_mark.line + 1 if node is not None else 0
-            data = loader.construct_document(node) if node is not None else None
-            if data is None:
-                continue
-            if not isinstance(data, dict):
-                raise FormatError(source, f"document {index} is not a mapping", line=line)
-            out.append((f"{source} document {index} (line {line})", data))
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        problem = getattr(exc, "problem", None) or str(exc)
-        where = f"column {mark.column + 1}: " if mark is not None else ""
-        raise ManifestSyntaxError(source, f"{where}{problem}", mark.line + 1 if mark is not None else None) from None
-    finally:
-        loader.dispose()
+    for index, line, data in yaml_documents(text, source, limits):
+        if data is None:
+            continue
+        if not isinstance(data, dict):
+            raise FormatError(source, f"document {index} is not a mapping", line=line)
+        out.append((f"{source} document {index} (line {line})", data))
     return out
 
 
 def int_field(doc: Doc, value: object, path: str, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int | str):
-        raise doc.error(path, f"expected an integer >= {minimum}, got {value!r}")
-    try:
-        number = int(value)
-    except ValueError:
-        raise doc.error(path, f"expected an integer >= {minimum}, got {value!r}") from None
-    if number < minimum:
-        raise doc.error(path, f"expected an integer >= {minimum}, got {value!r}")
-    return number
+    """A count (replicas, parallelism, ...): a YAML integer, as Kubernetes has it; "2" and true are refused."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise doc.error(path, f"expected an integer >= {minimum}, got {shown(value)}")
+    return value
 
 
 def str_map(doc: Doc, value: object, path: str) -> dict[str, str]:
