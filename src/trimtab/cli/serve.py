@@ -1,5 +1,5 @@
-"""The serve room's commands: `serve` (the daemon) and the client commands (`submit`, `jobs`, `job`, `cancel`,
-`logs`, `nodes`, `queues`, `token create`).
+"""The serve room's client commands (`submit`, `jobs`, `job`, `cancel`, `logs`, `nodes`, `queues`, `token ...`);
+the daemon's own command, `serve`, is in cli/daemon.py.
 
 Client commands find the server and token from flags, TRIMTAB_SERVER / TRIMTAB_TOKEN, or the config file; each
 takes `--json` for machine-readable output. They load only the HTTP client, never the server's code."""
@@ -17,7 +17,6 @@ import typer
 from rich.table import Table
 
 from trimtab.cli.common import console, errors, fail, print_json
-from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from trimtab.serve.client import Client
@@ -90,80 +89,6 @@ def _ago(t_s: float | None) -> str:
         return "-"
     s = max(0.0, time.time() - t_s)
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
-
-
-@commands.command("serve")
-def serve_cmd(
-    data_dir: Annotated[Path, typer.Option(help="Database, logs, checkpoints and admin.token.")] = DEFAULT_DATA_DIR,
-    db: Annotated[str | None, typer.Option(help="Database URL (default: SQLite in the data dir), e.g. "
-                                                "postgresql+psycopg://user:pw@host/db.")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Declare N virtual GPUs instead of discovering them.")] = None,
-    cluster: Annotated[str | None, typer.Option(help="Cluster shape or file: virtual nodes and GPUs.")] = None,
-    policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "steady",
-    host: Annotated[str, typer.Option(help="Address to bind (loopback by default).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to bind.")] = DEFAULT_PORT,
-    grace_s: Annotated[float, typer.Option("--grace-s", help="SIGTERM-to-SIGKILL delay of a stop.")] = 10.0,
-    backend: Annotated[str, typer.Option(help="local (processes here) or ray (a Ray cluster).")] = "local",
-    ray_address: Annotated[str | None, typer.Option(help="Ray cluster address (backend ray), e.g. "
-                                                         "10.0.0.1:6379; default: auto.")] = None,
-    ray_node_ip: Annotated[str | None, typer.Option(
-        help="Address of the Ray node on this machine the server joins through (backend ray; needed only "
-             "where several raylets share this machine: choose one you do not expect to lose).")] = None,
-    tenant_priority_classes: Annotated[str | None, typer.Option(
-        help="Priority classes a tenant may use unless the admin allows others [default: low,normal,high].")] = None,
-    tenant_max_tasks_per_job: Annotated[int | None, typer.Option(help="Tasks one job may have; 0: no limit "
-                                                                      "[default: 256].")] = None,
-    tenant_max_running_tasks: Annotated[int | None, typer.Option(help="Tasks a tenant's running jobs may hold; "
-                                                                      "0: no limit [default: 512].")] = None,
-    tenant_max_cpu: Annotated[str | None, typer.Option(help="CPU a tenant's running jobs may request, e.g. 32 "
-                                                            "or 500m [default: none].")] = None,
-    tenant_max_memory: Annotated[str | None, typer.Option(help="Memory a tenant's running jobs may request, e.g. "
-                                                               "256Gi [default: none].")] = None,
-    tenant_max_pending_jobs: Annotated[int | None, typer.Option(help="Pending jobs a tenant may have; 0: no "
-                                                                     "limit [default: 1000].")] = None,
-    max_body_bytes: Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond).")] = 1 << 20,
-    body_timeout_s: Annotated[float, typer.Option(
-        "--body-timeout-s", min=0.1, help="Time to send a whole request body (408 beyond).")] = 5.0,
-    max_header_bytes: Annotated[int, typer.Option(
-        min=1024, help="Largest request line and headers (431 beyond).")] = 16 << 10,
-    header_timeout_s: Annotated[float, typer.Option(
-        "--header-timeout-s", min=0.1, help="Time to send a request line and headers (408 beyond).")] = 5.0,
-    keepalive_timeout_s: Annotated[int, typer.Option(
-        "--keepalive-timeout-s", min=1, help="An idle connection is closed after this long.")] = 5,
-    metrics_public: Annotated[bool, typer.Option(
-        help="Serve /metrics without a token (loopback --host only; else the admin or scrape token).")] = False,
-) -> None:
-    """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
-    hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
-    from trimtab.serve.daemon import ServeConfig
-    from trimtab.serve.limits import limits_of_flags
-    from trimtab.serve.server import ServerLost, run_server
-
-    if gpus is not None and cluster is not None:
-        fail("give --gpus or --cluster, not both", 2, errors)
-    if backend not in ("local", "ray"):
-        fail(f"--backend: local or ray, not {backend!r}", 2, errors)
-    if backend == "ray" and (gpus is not None or cluster is not None):
-        fail("--backend ray takes its nodes and GPUs from the Ray cluster: no --gpus or --cluster", 2, errors)
-    if backend != "ray" and (ray_address or ray_node_ip):
-        fail("--ray-address and --ray-node-ip go with --backend ray", 2, errors)
-    try:
-        limits = limits_of_flags(tenant_priority_classes, tenant_max_tasks_per_job, tenant_max_running_tasks,
-                                 tenant_max_cpu, tenant_max_memory, tenant_max_pending_jobs)
-    except ValueError as exc:
-        fail(str(exc), 2, errors)
-    config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
-                         port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
-                         ray_node_ip=ray_node_ip, tenant_limits=limits, max_body_bytes=max_body_bytes,
-                         body_timeout_s=body_timeout_s, max_header_bytes=max_header_bytes,
-                         header_timeout_s=header_timeout_s,
-                         keepalive_timeout_s=keepalive_timeout_s, metrics_public=metrics_public)
-    try:
-        run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
-    except ServerLost as exc:
-        fail(str(exc), 3, errors)
-    except ValueError as exc:
-        fail(str(exc), 2, errors)
 
 
 @commands.command("submit")
