@@ -26,7 +26,7 @@ def test_migrations_build_the_schema_of_the_models_and_may_run_twice(tmp_path: P
         diff = compare_metadata(MigrationContext.configure(conn), Base.metadata)
         assert diff == [], diff
         assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
-        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0002"
+        assert conn.execute(text("SELECT version_num FROM alembic_version")).scalar() == "0003"
     assert store.ensure_admin_token(0.0) is not None
     assert store.ensure_admin_token(0.0) is None, "one admin token, made once"
 

@@ -106,9 +106,16 @@ def serve_cmd(
     ray_node_ip: Annotated[str | None, typer.Option(
         help="Address of the Ray node on this machine the server joins through (backend ray; needed only "
              "where several raylets share this machine: choose one you do not expect to lose).")] = None,
+    tenant_user: Annotated[list[str] | None, typer.Option(
+        help="TENANT=USER: run the tenant's tasks as this Unix user (server run as root; repeatable). Other "
+             "tenants get a system user trimtab-<tenant>, created on first use.")] = None,
+    shared_identity: Annotated[bool, typer.Option(
+        "--shared-identity", help="Run every task as the server's user even as root: tenants are not isolated "
+                                  "from each other nor from the server's files.")] = False,
 ) -> None:
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard."""
     from trimtab.serve.daemon import ServeConfig
+    from trimtab.serve.identity import parse_tenant_users
     from trimtab.serve.server import ServerLost, run_server
 
     if gpus is not None and cluster is not None:
@@ -119,9 +126,15 @@ def serve_cmd(
         fail("--backend ray takes its nodes and GPUs from the Ray cluster: no --gpus or --cluster", 2, errors)
     if backend != "ray" and (ray_address or ray_node_ip):
         fail("--ray-address and --ray-node-ip go with --backend ray", 2, errors)
+    if backend == "ray" and tenant_user:
+        fail("--tenant-user goes with --backend local: Ray tasks run as the Ray workers' user", 2, errors)
+    try:
+        users = parse_tenant_users(tenant_user or [])
+    except ValueError as exc:
+        fail(str(exc), 2, errors)
     config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
                          port=port, grace_s=grace_s, backend=backend, ray_address=ray_address,
-                         ray_node_ip=ray_node_ip)
+                         ray_node_ip=ray_node_ip, tenant_users=users, shared_identity=shared_identity)
     try:
         run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except ServerLost as exc:
@@ -221,6 +234,9 @@ def _print_nodes(data: dict[str, Any]) -> None:
         table.add_row(n["name"], n["gpu_model"] or "virtual", str(n["gpus"]), str(n["gpus_allocated"]),
                       _gpu_map(n["devices"]))
     console.print(table)
+    identity = data.get("identity")
+    if identity is not None:
+        console.print(f"identity: {identity['detail']}", highlight=False)
 
 
 def _print_queues(data: dict[str, Any]) -> None:
@@ -303,3 +319,25 @@ def token_create(tenant: Annotated[str, typer.Option(help="The tenant the token 
     """Create a token for a tenant; it is printed once."""
     _show(_call(_client(server, token).create_token, tenant, quota_gpus, name), as_json, lambda result: console.print(
         f"token for tenant {tenant} (shown once): {result['token']}", highlight=False))
+
+
+def _print_tokens(tokens: list[dict[str, Any]]) -> None:
+    table = Table("id", "tenant", "name", "created", "last used")
+    for t in tokens:
+        table.add_row(str(t["id"]), "(admin)" if t["admin"] else t["tenant"], t["name"], _ago(t["created_s"]) + " ago",
+                      "never" if t["last_used_s"] is None else _ago(t["last_used_s"]) + " ago")
+    console.print(table)
+
+
+@token_app.command("list")
+def token_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List the tokens (never their secrets): id, tenant, name, when created and last used."""
+    _show(_call(_client(server, token).tokens), as_json, _print_tokens)
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[int, typer.Argument(help="The token's id (`trimtab token list`).")],
+                 server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Revoke a tenant token: requests with it get 401 from now on."""
+    _show(_call(_client(server, token).revoke_token, token_id), as_json, lambda result: console.print(
+        f"token {token_id} of tenant {result['tenant']} revoked", highlight=False))

@@ -12,7 +12,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +28,7 @@ from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
 from trimtab.serve.gpus import Inventory
+from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
@@ -41,7 +42,9 @@ class ServeConfig:
     """How `trimtab serve` runs. `db_url` None: SQLite `trimtab.db` in `data_dir`. `gpus` / `cluster` declare
     virtual GPUs; with neither, NVML finds the real ones. `grace_s`: SIGTERM-to-SIGKILL delay of a stop.
     `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory; the
-    server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None)."""
+    server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None). Run as root,
+    tasks run as their tenant's Unix user (`tenant_users` maps tenants to existing users; others get
+    `trimtab-<tenant>`) unless `shared_identity` (see serve/identity.py)."""
 
     data_dir: Path = DEFAULT_DATA_DIR
     db_url: str | None = None
@@ -57,6 +60,8 @@ class ServeConfig:
     tick_s: float = 0.05
     sample_every_s: float = 10.0
     max_body_bytes: int = 1 << 20
+    tenant_users: dict[str, str] = field(default_factory=dict)
+    shared_identity: bool = False
 
     @property
     def store_url(self) -> str:
@@ -77,7 +82,8 @@ class Daemon:
 
     def __init__(self, store: Store, inventory: Inventory, executor: Executor, profile: Profile | str,
                  data_dir: Path, *, clock: Callable[[], float] = time.time, grace_s: float = 10.0,
-                 tick_s: float = 0.05, sample_every_s: float = 10.0, registry: Registry | None = None) -> None:
+                 tick_s: float = 0.05, sample_every_s: float = 10.0, registry: Registry | None = None,
+                 identities: Identities | None = None) -> None:
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -93,7 +99,7 @@ class Daemon:
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices = DeviceBook(inventory)
-        self.launcher = Launcher(store, executor, self.devices, data_dir, clock)
+        self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
         self.waiting_launch: list[Attempt] = []  # started by the scheduler, waiting for GPUs still draining
         self.cycle_observers: list[Callable[[float], None]] = []
