@@ -99,7 +99,9 @@ def test_a_tenants_job_cannot_read_the_admin_token_the_store_or_another_tenants_
     with server.client() as admin:
         tokens = {t: admin.post("/v1/tokens", json={"tenant": t}).json()["token"] for t in ("sec-a", "sec-b")}
         nodes = admin.get("/v1/nodes").json()
-    assert nodes["identity"]["isolated"] is True
+    assert nodes["identity"]["isolated"] is True and "CUDA_VISIBLE_DEVICES only" in nodes["identity"]["gpu_pinning"]
+    shown = cli(server, "nodes")
+    assert "each tenant's tasks run as its own Unix user" in shown.stdout.replace("\n", " "), shown.stdout
     with server.client(tokens["sec-b"]) as b:
         b_job = submit(b, 'echo "uid=$(id -u)"; echo b-secret-output; echo b-ckpt > "$TRIMTAB_CHECKPOINT_DIR/secret"')
         assert wait_job(b, b_job)["state"] == "completed"

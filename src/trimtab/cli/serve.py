@@ -236,7 +236,7 @@ def _print_nodes(data: dict[str, Any]) -> None:
     console.print(table)
     identity = data.get("identity")
     if identity is not None:
-        console.print(f"identity: {identity['detail']}", highlight=False)
+        console.print(f"identity: {identity['detail']}; GPU pinning: {identity['gpu_pinning']}", highlight=False)
 
 
 def _print_queues(data: dict[str, Any]) -> None:

@@ -32,6 +32,9 @@ USER_PREFIX = "trimtab-"
 MAX_USER_NAME = 32  # useradd's limit
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 _PLAIN_USER = re.compile(r"^[a-z0-9][a-z0-9_-]*$")
+# Not enforced beyond the variable (see docs/security.md): NVIDIA's device files are open to every local user, and
+# no device cgroup or mount namespace fences a task in.
+GPU_PINNING = "CUDA_VISIBLE_DEVICES only: a task that changes it can open every GPU of its machine"
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,12 +90,13 @@ class Identities:
             self._known[tenant] = _existing_user(name, f"--tenant-user {tenant}={name}")
 
     def describe(self) -> dict[str, object]:
-        """For the start-up message and `/v1/nodes`: whether tenants are isolated, and how."""
+        """For the start-up message and `/v1/nodes`: whether tenants are isolated, and how; how GPUs are pinned."""
         if self.isolated:
-            return {"isolated": True, "detail": "each tenant's tasks run as its own Unix user (configured, or "
-                                                "trimtab-<tenant>)"}
-        who = self.shared_as or f"{pwd.getpwuid(os.geteuid()).pw_name}, the server's user, and can read its files"
-        return {"isolated": False, "detail": f"tenants share one identity: every task runs as {who}"}
+            detail = "each tenant's tasks run as its own Unix user (configured, or trimtab-<tenant>)"
+        else:
+            who = self.shared_as or f"{pwd.getpwuid(os.geteuid()).pw_name}, the server's user, and can read its files"
+            detail = f"tenants share one identity: every task runs as {who}"
+        return {"isolated": self.isolated, "detail": detail, "gpu_pinning": GPU_PINNING}
 
     def user_of(self, tenant: str) -> TaskUser | None:
         """The identity of `tenant`'s tasks (None: the server's own). Raises OSError if the user cannot be made."""
