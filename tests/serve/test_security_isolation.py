@@ -104,7 +104,8 @@ def test_a_tenants_job_cannot_read_the_admin_token_the_store_or_another_tenants_
     assert "each tenant's tasks run as its own Unix user" in shown.stdout.replace("\n", " "), shown.stdout
     with server.client(tokens["sec-b"]) as b:
         b_job = submit(b, 'echo "uid=$(id -u)"; echo b-secret-output; echo b-ckpt > "$TRIMTAB_CHECKPOINT_DIR/secret"')
-        assert wait_job(b, b_job)["state"] == "completed"
+        ended = wait_job(b, b_job)
+        assert ended["state"] == "completed", ended
         b_log = b.get(f"/v1/jobs/{b_job}/logs").text
     with server.client(tokens["sec-a"]) as a:
         a_job = a.post("/v1/jobs", json={"command": ["sh", "-c", PROBE, str(data), str(b_job)], "gpus": 1}).json()["id"]

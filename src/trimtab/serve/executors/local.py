@@ -8,7 +8,7 @@ machine restarted under it (another boot id than at its launch) is reported lost
 from __future__ import annotations
 
 import contextlib
-import json
+import marshal
 import os
 import shutil
 import signal
@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch, begin_stop
+from trimtab.serve.executors.task_wrapper import SPEC
 
 WRAPPER = Path(__file__).with_name("task_wrapper.py")  # run by this interpreter, isolated: see its docstring
 # What a task of a tenant with its own Unix user keeps of the server's environment (a task of the server's own
@@ -137,7 +138,7 @@ class LocalExecutor(Executor):
         task.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         for stale in ("pid", "exit", "error"):
             (task.run_dir / stale).unlink(missing_ok=True)
-        _write_private(task.run_dir / "launch.json", json.dumps(launch_spec(task)))
+        _write_private(task.run_dir / SPEC, marshal.dumps(launch_spec(task)))
         log = os.open(task.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
         try:
             popen = subprocess.Popen(
@@ -262,13 +263,13 @@ def launch_spec(task: TaskLaunch) -> dict[str, Any]:
             "user": user, "make_dirs": list(task.make_dirs)}
 
 
-def _write_private(path: Path, text: str) -> None:
+def _write_private(path: Path, data: bytes) -> None:
     """Write a file only the server can read (it may hold a job's secrets), replacing any former one."""
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
     os.replace(tmp, path)
 
 
