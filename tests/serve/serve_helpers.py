@@ -28,14 +28,16 @@ def free_port() -> int:
 
 class Server:
     """`trimtab serve` in a child process. `start()` waits until /healthz answers; `kill()` is SIGKILL. `entry` is
-    the module run with -m: `trimtab.serve` or `trimtab.cli` (the same commands)."""
+    the module run with -m: `trimtab.serve` or `trimtab.cli` (the same commands). Run as root, the server is told
+    `--shared-identity` (tasks write into the test's private folders) unless `isolated`."""
 
     def __init__(self, data_dir: Path, *args: str, db: str | None = None, port: int | None = None,
-                 env: dict[str, str] | None = None, entry: str = "trimtab.serve") -> None:
+                 env: dict[str, str] | None = None, entry: str = "trimtab.serve", isolated: bool = False) -> None:
         self.entry = entry
         self.data_dir = data_dir
         self.env = env or {}
-        self.args = list(args)
+        shared = os.geteuid() == 0 and not isolated
+        self.args = [*args, "--shared-identity"] if shared else list(args)
         self.db = db
         self.port = port or free_port()
         self.proc: subprocess.Popen[bytes] | None = None

@@ -237,7 +237,7 @@ def test_gangs_spread_over_both_workers_start_together_with_the_right_environmen
         _node, gpus, rank_s, _local, world, addr, port, job_s, ckpt, start, end = r
         assert (int(rank_s), world, job_s) == (rank, "8", str(big))
         assert gpus == ",".join(by_run[rank]["gpus"]) and len(gpus.split(",")) == 1
-        assert ckpt == str(server.data_dir / "checkpoints" / str(big))
+        assert ckpt == str(server.data_dir.absolute() / "tenants" / "default" / "checkpoints" / str(big))
         assert (addr, port) == (recs[0][5], recs[0][6]), "one rendezvous for the whole gang"
         assert addr == RayCluster.worker_ip(int(recs[0][0][1:])), "MASTER_ADDR is rank 0's node"
         assert float(end) - float(start) >= 3

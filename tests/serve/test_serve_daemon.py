@@ -3,6 +3,7 @@ preemption, quotas and recovery after a crash, each checked against the store.""
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -278,11 +279,13 @@ def test_every_built_in_policy_runs_live_unchanged(world: World, policy: str) ->
 def test_a_task_that_cannot_start_fails_its_attempt_with_the_reason(world: World, tmp_path: Path) -> None:
     from trimtab.serve.executors.local import LocalExecutor
 
-    d = Daemon(world.store, virtual(2), LocalExecutor(), "fifo", tmp_path, grace_s=1.0)
+    d = Daemon(world.store, virtual(2), LocalExecutor(), "fifo", tmp_path / "data", grace_s=1.0)
     d.recover()
     jid, _ = d.requests.submit(spec("true", workdir=str(tmp_path / "no-such-dir")), ADMIN)
-    for _ in range(5):
+    deadline = time.monotonic() + 20
+    while world.job(jid).state in ("pending", "running") and time.monotonic() < deadline:
         d.step()
+        time.sleep(0.05)
     row = world.job(jid)
     assert (row.state, row.exit_code) == ("failed", 127)
     assert "could not start" in row.reason and "no-such-dir" in row.reason

@@ -48,6 +48,12 @@ HeaderTimeoutOpt = Annotated[float, typer.Option(
     "--header-timeout-s", min=0.1, help="Time to send a request line and headers (408 beyond).")]
 KeepaliveOpt = Annotated[int, typer.Option(
     "--keepalive-timeout-s", min=1, help="An idle connection is closed after this long.")]
+TenantUserOpt = Annotated[list[str] | None, typer.Option(
+    help="TENANT=USER: run the tenant's tasks as this Unix user (server run as root; repeatable). Other tenants get a "
+         "system user trimtab-<tenant>, created on first use.")]
+SharedIdentityOpt = Annotated[bool, typer.Option(
+    "--shared-identity", help="Run every task as the server's user even as root: tenants are not isolated from each "
+                              "other nor from the server's files.")]
 MetricsPublicOpt = Annotated[bool, typer.Option(
     help="Serve /metrics without a token (loopback --host only; else the admin or scrape token).")]
 
@@ -63,18 +69,28 @@ def serve_cmd(
     tenant_max_memory: MemoryOpt = None, tenant_max_pending_jobs: PendingJobsOpt = None,
     max_body_bytes: BodyBytesOpt = 1 << 20, body_timeout_s: BodyTimeoutOpt = 5.0,
     max_header_bytes: HeaderBytesOpt = 16 << 10, header_timeout_s: HeaderTimeoutOpt = 5.0,
-    keepalive_timeout_s: KeepaliveOpt = 5, metrics_public: MetricsPublicOpt = False,
+    keepalive_timeout_s: KeepaliveOpt = 5, metrics_public: TenantUserOpt = Annotated[list[str] | None, typer.Option(
+    help="TENANT=USER: run the tenant's tasks as this Unix user (server run as root; repeatable). Other tenants get a "
+         "system user trimtab-<tenant>, created on first use.")]
+SharedIdentityOpt = Annotated[bool, typer.Option(
+    "--shared-identity", help="Run every task as the server's user even as root: tenants are not isolated from each "
+                              "other nor from the server's files.")]
+MetricsPublicOpt = False,
 ) -> None:
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
     hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
     from trimtab.serve.daemon import ServeConfig
+    from trimtab.serve.identity import parse_tenant_users
     from trimtab.serve.limits import limits_of_flags
     from trimtab.serve.server import ServerLost, run_server
 
     _check_backend(gpus, cluster, backend, ray_address, ray_node_ip)
+    if backend == "ray" and tenant_user:
+        fail("--tenant-user goes with --backend local: Ray tasks run as the Ray workers' user", 2, errors)
     try:
         limits = limits_of_flags(tenant_priority_classes, tenant_max_tasks_per_job, tenant_max_running_tasks,
                                  tenant_max_cpu, tenant_max_memory, tenant_max_pending_jobs)
+        users = parse_tenant_users(tenant_user or [])
     except ValueError as exc:
         fail(str(exc), 2, errors)
     config = ServeConfig(data_dir=data_dir, db_url=db, gpus=gpus, cluster=cluster, policy=policy, host=host,
@@ -82,7 +98,7 @@ def serve_cmd(
                          ray_node_ip=ray_node_ip, tenant_limits=limits, max_body_bytes=max_body_bytes,
                          body_timeout_s=body_timeout_s, max_header_bytes=max_header_bytes,
                          header_timeout_s=header_timeout_s, keepalive_timeout_s=keepalive_timeout_s,
-                         metrics_public=metrics_public)
+                         metrics_public=metrics_public, tenant_users=users, shared_identity=shared_identity)
     try:
         run_server(config, say=lambda s: console.print(s, highlight=False, soft_wrap=True))
     except ServerLost as exc:

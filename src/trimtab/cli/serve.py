@@ -184,6 +184,9 @@ def _print_nodes(data: dict[str, Any]) -> None:
         table.add_row(n["name"], n["gpu_model"] or "virtual", str(n["gpus"]), str(n["gpus_allocated"]),
                       _gpu_map(n["devices"]))
     console.print(table)
+    identity = data.get("identity")
+    if identity is not None:
+        console.print(f"identity: {identity['detail']}; GPU pinning: {identity['gpu_pinning']}", highlight=False)
 
 
 def _print_queues(data: dict[str, Any]) -> None:
@@ -266,3 +269,25 @@ def token_create(tenant: Annotated[str, typer.Option(help="The tenant the token 
     """Create a token for a tenant; it is printed once."""
     _show(_call(_client(server, token).create_token, tenant, quota_gpus, name), as_json, lambda result: console.print(
         f"token for tenant {tenant} (shown once): {result['token']}", highlight=False))
+
+
+def _print_tokens(tokens: list[dict[str, Any]]) -> None:
+    table = Table("id", "tenant", "name", "created", "last used")
+    for t in tokens:
+        table.add_row(str(t["id"]), "(admin)" if t["admin"] else t["tenant"], t["name"], _ago(t["created_s"]) + " ago",
+                      "never" if t["last_used_s"] is None else _ago(t["last_used_s"]) + " ago")
+    console.print(table)
+
+
+@token_app.command("list")
+def token_list(server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """List the tokens (never their secrets): id, tenant, name, when created and last used."""
+    _show(_call(_client(server, token).tokens), as_json, _print_tokens)
+
+
+@token_app.command("revoke")
+def token_revoke(token_id: Annotated[int, typer.Argument(help="The token's id (`trimtab token list`).")],
+                 server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Revoke a tenant token: requests with it get 401 from now on."""
+    _show(_call(_client(server, token).revoke_token, token_id), as_json, lambda result: console.print(
+        f"token {token_id} of tenant {result['tenant']} revoked", highlight=False))

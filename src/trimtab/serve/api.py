@@ -253,7 +253,7 @@ def _add_cluster_routes(app: FastAPI, daemon: Daemon) -> None:
     @app.get("/v1/nodes", tags=["cluster"])
     def nodes(who: Who) -> dict[str, Any]:
         """Nodes and their GPUs; each GPU names the jobs holding it and their shares in milli-GPU (other
-        tenants' jobs shown as -1)."""
+        tenants' jobs shown as -1). `identity`: whether each tenant's tasks run as its own Unix user."""
         snap = daemon.snapshot()
         if not who.admin:
             with daemon.store.reader() as s:
@@ -267,7 +267,8 @@ def _add_cluster_routes(app: FastAPI, daemon: Daemon) -> None:
                         if holder["job_id"] not in mine:
                             holder["job_id"] = -1
         return {"nodes": snap["nodes"], "gpus_total": snap["gpus_total"], "gpus_allocated": snap["gpus_allocated"],
-                "policy": snap["policy"], "inventory": snap["inventory"], "executor": snap["executor"]}
+                "policy": snap["policy"], "inventory": snap["inventory"], "executor": snap["executor"],
+                "identity": daemon.launcher.identities.describe()}
 
     @app.get("/v1/queues", tags=["cluster"])
     def queues(who: Who) -> dict[str, Any]:
@@ -308,6 +309,17 @@ def _add_tenant_routes(app: FastAPI, daemon: Daemon) -> None:
         if body.quota_gpus is not None:
             daemon.requests.set_quota(body.tenant, body.quota_gpus)
         return {"token": token, "tenant": body.tenant}
+
+    @app.get("/v1/tokens", tags=["tenants"])
+    def list_tokens(_: Admin) -> dict[str, Any]:
+        """Every token (admin): id, tenant (null for the admin token), name, created_s, last_used_s (to the
+        minute; null: never). Never the token itself: only its SHA-256 digest is stored."""
+        return {"tokens": daemon.requests.list_tokens()}
+
+    @app.delete("/v1/tokens/{token_id}", tags=["tenants"])
+    def revoke_token(token_id: Annotated[int, PathParam(ge=1, le=2**62)], _: Admin) -> dict[str, Any]:
+        """Revoke a tenant token (admin): from now on it gets 401. The admin token cannot be revoked (409)."""
+        return daemon.requests.revoke_token(token_id)
 
 
 def _add_service_routes(app: FastAPI, daemon: Daemon, metrics: ServeMetrics) -> None:

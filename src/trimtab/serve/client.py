@@ -193,5 +193,11 @@ class Client:
         return self._call("POST", "/v1/tokens", json={"tenant": tenant, "quota_gpus": quota_gpus,
                                                         "name": name}).json()
 
+    def tokens(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/v1/tokens").json()["tokens"]
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        return self._call("DELETE", f"/v1/tokens/{token_id}").json()
+
     def set_quota(self, tenant: str, quota_gpus: int | None) -> dict[str, Any]:
         return self._call("PUT", f"/v1/tenants/{tenant}", json={"quota_gpus": quota_gpus}).json()

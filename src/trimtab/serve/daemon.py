@@ -30,6 +30,7 @@ from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
 from trimtab.serve.feasible import Feasibility
 from trimtab.serve.gpus import Inventory
+from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantLimits
 from trimtab.serve.recovery import Recovery
@@ -45,7 +46,9 @@ class ServeConfig:
     virtual GPUs; with neither, NVML finds the real ones. `grace_s`: SIGTERM-to-SIGKILL delay of a stop.
     `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory; the
     server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None).
-    `tenant_limits`: every tenant's limits beyond GPUs unless the admin sets others for it (serve/limits.py)."""
+    `tenant_limits`: every tenant's limits beyond GPUs unless the admin sets others for it (serve/limits.py). Run
+    as root, tasks run as their tenant's Unix user (`tenant_users` maps tenants to existing users; others get
+    `trimtab-<tenant>`) unless `shared_identity` (see serve/identity.py)."""
 
     data_dir: Path = DEFAULT_DATA_DIR
     db_url: str | None = None
@@ -68,6 +71,8 @@ class ServeConfig:
     header_timeout_s: float = 5.0
     keepalive_timeout_s: int = 5
     metrics_public: bool = False  # /metrics without a token; loopback only
+    tenant_users: dict[str, str] = field(default_factory=dict)
+    shared_identity: bool = False
 
     @property
     def store_url(self) -> str:
@@ -92,7 +97,7 @@ class Daemon:
     def __init__(self, store: Store, inventory: Inventory, executor: Executor, profile: Profile | str,
                  data_dir: Path, *, clock: Callable[[], float] = time.time, grace_s: float = 10.0,
                  tick_s: float = 0.05, sample_every_s: float = 10.0, registry: Registry | None = None,
-                 tenant_limits: TenantLimits | None = None) -> None:
+                 tenant_limits: TenantLimits | None = None, identities: Identities | None = None) -> None:
         self.store = store
         self.executor = executor
         self.clock = clock
@@ -110,7 +115,7 @@ class Daemon:
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices = DeviceBook(inventory)
-        self.launcher = Launcher(store, executor, self.devices, data_dir, clock)
+        self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
         self.waiting_launch: list[Attempt] = []  # started by the scheduler, waiting for GPUs still draining
         self.cycle_observers: list[Callable[[float], None]] = []

@@ -1,5 +1,6 @@
 """Launching attempts: the tasks of an attempt on the devices the scheduler chose, their rows committed to the
-store before any process starts, each task's TaskLaunch (rank variables, CUDA and MPS environment, log path)."""
+store before any process starts, each task's TaskLaunch (rank variables, CUDA and MPS environment, log path, the
+tenant's Unix user and folders)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from trimtab.cluster import GPU_MILLI, ClusterState
 from trimtab.serve.attempts import Attempt, Run, run_id_of
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
+from trimtab.serve.identity import Identities, TaskUser
 from trimtab.serve.store import JobRow, RunRow, Store
 
 _Launch = tuple[Run, TaskLaunch, RunRow]
@@ -21,15 +23,18 @@ _Launch = tuple[Run, TaskLaunch, RunRow]
 
 class Launcher:
     """Turns attempts the scheduler started into running tasks. Called by the daemon under its lock: `launch` for
-    the attempts waiting for their GPUs, `launch_of` (also by recovery) for the TaskLaunch of one task."""
+    the attempts waiting for their GPUs, `launch_of` (also by recovery) for the TaskLaunch of one task.
+    `identities` says which Unix user runs a tenant's tasks and where its folders are (default: the server's
+    user for every tenant)."""
 
     def __init__(self, store: Store, executor: Executor, devices: DeviceBook, data_dir: Path,
-                 clock: Callable[[], float]) -> None:
+                 clock: Callable[[], float], identities: Identities | None = None) -> None:
         self.store = store
         self.executor = executor
         self.devices = devices
         self.data_dir = data_dir
         self.clock = clock
+        self.identities = identities or Identities(data_dir)
 
     def launch(self, waiting: list[Attempt], cluster: ClusterState) -> list[TaskExit]:
         """Launch the attempts of `waiting` whose GPUs are free now, in order, and take them off it. GPUs of a
@@ -44,9 +49,9 @@ class Launcher:
         if not ready:
             return []
         gangs: dict[Attempt, list[_Launch]] = {}
-        for item in self._record(ready):
+        launches, failed = self._record(ready)
+        for item in launches:
             gangs.setdefault(item[0].attempt, []).append(item)
-        failed: list[TaskExit] = []
         with self.store.session() as s:  # the rows were committed by `_record` before any process starts
             for gang in gangs.values():
                 try:
@@ -63,26 +68,34 @@ class Launcher:
                     s.execute(update(RunRow).where(RunRow.id == run_row.id).values(state="running", handle=handle))
         return failed
 
-    def _record(self, ready: list[tuple[Attempt, list[Run]]]) -> list[_Launch]:
-        """Commit a "launching" row for every task about to start; each run learns its row id."""
+    def _record(self, ready: list[tuple[Attempt, list[Run]]]) -> tuple[list[_Launch], list[TaskExit]]:
+        """Commit a "launching" row for every task about to start; each run learns its row id. Returns the
+        launches, and the exits of the tasks of attempts whose tenant has no Unix user and cannot get one."""
         now = self.clock()
         launches: list[_Launch] = []
+        failed: list[TaskExit] = []
         with self.store.session() as s:
             rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_([a.job_id for a, _ in ready])))}
             for att, runs in ready:
                 row = rows[att.job_id]
+                att.launched = True
+                try:
+                    user = self.identities.user_of(row.tenant)
+                    self.identities.prepare_tenant(row.tenant, user)
+                except OSError as exc:
+                    failed += [TaskExit(run.run_id, 127, f"could not start: {exc}") for run in runs]
+                    continue
                 for run in runs:
-                    launch = self.launch_of(row, run, str(self.log_path(att.job_id, att.number, run.rank)))
+                    launch = self.launch_of(row, run, str(self.log_path(att.job_id, att.number, run.rank)), user)
                     run_row = RunRow(job_id=att.job_id, attempt=att.number, rank=run.rank, node=run.node,
                                      gpu_ids=list(run.gpu_ids), state="launching", handle=None, start_s=now,
                                      log_path=str(launch.log_path), outcome="")
                     s.add(run_row)
                     launches.append((run, launch, run_row))
-                att.launched = True
             s.flush()
             for run, _launch, run_row in launches:
                 run.row_id = run_row.id
-        return launches
+        return launches, failed
 
     def assign(self, att: Attempt, cluster: ClusterState) -> list[Run] | None:
         """The tasks of an attempt on the GPUs the scheduler chose for them (`alloc.gpu_idx`), held from now on,
@@ -112,15 +125,20 @@ class Launcher:
             runs.append(run)
         return runs
 
-    def launch_of(self, row: JobRow, run: Run, log_path: str) -> TaskLaunch:
-        """What the executor is told to run for one task: the job's command and environment, the rank
-        variables, the devices it sees and, for a share of a GPU, its MPS limits."""
+    def launch_of(self, row: JobRow, run: Run, log_path: str, user: TaskUser | None = None) -> TaskLaunch:
+        """What the executor is told to run for one task, as `user` (None: the server's user; recovery asks
+        without one, to find a task already started): the job's command and environment, the rank variables,
+        the devices it sees and, for a share of a GPU, its MPS limits. It works in the job's `workdir`, else in
+        its tenant's working folder; both that folder and the job's checkpoint folder are made by the executor,
+        as the task's user."""
         att = run.attempt
         ranks_on_node = sorted(r.rank for r in self.devices.runs.values() if r.attempt is att and r.node == run.node)
         local_rank = ranks_on_node.index(run.rank) if run.rank in ranks_on_node else 0
-        checkpoint = self.data_dir / "checkpoints" / str(row.id)
-        checkpoint.mkdir(parents=True, exist_ok=True)
+        checkpoint = self.identities.checkpoint_dir(row.tenant, row.id)
+        work = self.identities.work_dir(row.tenant)
+        own = {"HOME": str(work), "USER": user.name, "LOGNAME": user.name} if user is not None else {}
         env = {
+            **own,
             **row.env,
             "CUDA_VISIBLE_DEVICES": ",".join(run.gpu_ids),
             "TRIMTAB_JOB_ID": str(row.id),
@@ -136,7 +154,8 @@ class Launcher:
         if share:
             env.update(self.devices.share_env(run.node, run.gpu_ids[0], share))
         return TaskLaunch(run.run_id, row.id, att.number, run.rank, run.node, run.gpu_ids, tuple(row.command),
-                          env, row.workdir, Path(log_path), self.data_dir / "runs" / run.run_id, share)
+                          env, row.workdir or str(work), Path(log_path), self.data_dir / "runs" / run.run_id, share,
+                          user, (str(checkpoint), str(work)))
 
     def log_path(self, job_id: int, attempt: int, rank: int) -> Path:
         return self.data_dir / "logs" / str(job_id) / f"attempt-{attempt}.rank-{rank}.log"

@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from sqlalchemy import func, select
+from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from trimtab.cluster import GPU_MILLI, ClusterState
@@ -18,9 +18,12 @@ from trimtab.serve.attempts import job_of
 from trimtab.serve.errors import ServeError
 from trimtab.serve.executors.base import Executor
 from trimtab.serve.feasible import Feasibility
+from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantBook, TenantLimits
 from trimtab.serve.store import TERMINAL_STATES, JobRow, Store, TenantRow, TokenRow, digest_of, new_token
 from trimtab.serve.submission import JobSpec
+
+LAST_USED_RESOLUTION_S = 60.0  # a token's last use is written at most this often
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,8 +39,9 @@ class Principal:
 
 class RequestHost(Protocol):
     """What requests need of the daemon: its lock (taken for anything that touches the scheduler), the store, the
-    executor (to validate commands), the current scheduler and cluster (they change as nodes join), a way to wake
-    its loop, and `stop_for_cancel` for a running job (returns the job's state after the request)."""
+    executor (to validate commands), the launcher (whose identities judge a workdir), the current scheduler and
+    cluster (they change as nodes join), a way to wake its loop, and `stop_for_cancel` for a running job (returns
+    the job's state after the request)."""
 
     lock: threading.RLock
     clock: Callable[[], float]
@@ -45,6 +49,7 @@ class RequestHost(Protocol):
     executor: Executor
     scheduler: Scheduler
     cluster: ClusterState
+    launcher: Launcher
 
     def wake(self) -> None: ...
 
@@ -63,6 +68,7 @@ class Requests:
         self.limits = TenantBook(defaults)
         self.tokens: dict[str, Principal] = {}
         self.feasibility = feasibility
+        self._used_s: dict[str, float] = {}  # token digest -> when its use was last written to the store
         self._cancelled_early: set[int] = set()  # committed by `submit`, cancelled before the scheduler had it
         self._pending_lock = threading.Lock()  # a tenant's pending jobs counted and the new one committed at once
 
@@ -77,7 +83,16 @@ class Requests:
                 self.tokens[token.digest] = Principal(token.admin, token.tenant)
 
     def principal(self, digest: str) -> Principal | None:
-        return self.tokens.get(digest)
+        """Who the token with this digest speaks for (None: no such token). Notes its use in the store, at most
+        once a minute per token, so `list_tokens` can tell stale tokens."""
+        who = self.tokens.get(digest)
+        if who is not None:
+            now = self.host.clock()
+            if now - self._used_s.get(digest, float("-inf")) >= LAST_USED_RESOLUTION_S:
+                self._used_s[digest] = now
+                with self.host.store.session() as s:
+                    s.execute(update(TokenRow).where(TokenRow.digest == digest).values(last_used_s=now))
+        return who
 
     def submit(self, spec: JobSpec, who: Principal) -> tuple[int, bool]:
         """Accept a job: check it, commit it, queue it. Returns (job id, created); created is False when the
@@ -86,6 +101,9 @@ class Requests:
         problem = self.host.executor.validate(tuple(spec.command))
         if problem:
             raise ServeError(422, problem, "command")
+        problem = self.host.launcher.identities.workdir_problem(spec.workdir)
+        if problem:
+            raise ServeError(422, problem, "workdir")
         limits = self.limits[tenant]
         refused = limits.refusal(spec, tenant)
         if refused is not None:
@@ -227,6 +245,27 @@ class Requests:
             self.host.scheduler.changed()  # a raised cap may let a waiting job start
         self.host.wake()
         return limits
+
+    def list_tokens(self) -> list[dict[str, Any]]:
+        """Every token but never its secret: id, tenant (None for the admin token), admin, name, created_s,
+        last_used_s."""
+        with self.host.store.reader() as s:
+            return [{"id": t.id, "tenant": t.tenant, "admin": t.admin, "name": t.name, "created_s": t.created_s,
+                     "last_used_s": t.last_used_s} for t in s.scalars(select(TokenRow).order_by(TokenRow.id))]
+
+    def revoke_token(self, token_id: int) -> dict[str, Any]:
+        """Delete a tenant token: from now on it gets 401. ServeError 404 for no such token, 409 for the admin
+        token (the one way in for the operator; it lives in the data dir's admin.token)."""
+        with self.host.lock, self.host.store.session() as s:
+            row = s.get(TokenRow, token_id)
+            if row is None:
+                raise ServeError(404, f"no token {token_id}", "token_id")
+            if row.admin:
+                raise ServeError(409, f"token {token_id} is the admin token, which cannot be revoked", "token_id")
+            s.delete(row)
+            self.tokens.pop(row.digest, None)
+            self._used_s.pop(row.digest, None)
+            return {"id": token_id, "tenant": row.tenant, "revoked": True}
 
     def set_quota(self, tenant: str, quota_gpus: int | None) -> None:
         with self.host.lock, self.host.store.session() as s:

@@ -1,5 +1,10 @@
-"""Putting `trimtab serve` together: data dir, store (migrated), admin token, GPU inventory, local executor, daemon
-(recovered from the store), and the API served by uvicorn until SIGINT / SIGTERM.
+"""Putting `trimtab serve` together: data dir (the server's alone), store (migrated), admin token, GPU inventory,
+tenants' identities, local executor, daemon (recovered from the store), and the API served by uvicorn until SIGINT /
+SIGTERM.
+
+The data dir's modes are enforced at every start, whatever they were: the dir 0700 (0711 when tenants have their
+own Unix users, who pass through it to `tenants/<tenant>/`), every other entry in it 0700 (folders) or 0600 (files:
+the admin token, the SQLite database and its WAL and shared-memory files), the `tenants/` folder 0711 likewise.
 
 A SIGKILL at any moment is safe: the next start recovers from the store and re-adopts the running tasks."""
 
@@ -8,6 +13,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import stat
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +23,7 @@ from trimtab.serve.daemon import Daemon, ServeConfig
 from trimtab.serve.executors.base import Executor
 from trimtab.serve.executors.local import LocalExecutor
 from trimtab.serve.gpus import discover
+from trimtab.serve.identity import TENANTS_DIR, Identities
 from trimtab.serve.store import Store
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -27,8 +34,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def prepare(config: ServeConfig, say: Callable[[str], None] = print,
             executor: Executor | None = None) -> Daemon:
     """Everything but the HTTP server: returns a recovered daemon whose loop is not started yet."""
-    data_dir = config.data_dir.expanduser()
+    data_dir = config.data_dir.expanduser().absolute()
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    identities = _identities(config, data_dir)
+    secure_data_dir(data_dir, identities.isolated)
     profile = Profile.load(config.policy)
     if executor is None and config.backend == "ray":
         from trimtab.serve.executors.ray import RayExecutor
@@ -38,6 +47,8 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
     inventory = found or discover(config.gpus, config.cluster)
     store = Store(config.store_url)
     store.upgrade()
+    if store.is_sqlite and store.engine.url.database:
+        _private_files(Path(store.engine.url.database))
     token = store.ensure_admin_token(time.time())
     token_file = data_dir / ADMIN_TOKEN_FILE
     if token is not None:
@@ -46,9 +57,11 @@ def prepare(config: ServeConfig, say: Callable[[str], None] = print,
     elif not token_file.exists():
         say(f"note: the database has an admin token but {token_file} is missing")
     daemon = Daemon(store, inventory, executor or LocalExecutor(), profile, data_dir, grace_s=config.grace_s,
-                    tick_s=config.tick_s, sample_every_s=config.sample_every_s, tenant_limits=config.tenant_limits)
+                    tick_s=config.tick_s, sample_every_s=config.sample_every_s, tenant_limits=config.tenant_limits,
+                    identities=identities)
     counts = daemon.recover()
     say(f"GPUs: {inventory.describe()}")
+    say(("identity: " if identities.isolated else "note: ") + str(identities.describe()["detail"]))
     say(f"store: {_safe_url(config.store_url)}; policy: {profile.name}; data: {data_dir}")
     if counts:
         say("recovered: " + ", ".join(f"{v} {k}" for k, v in sorted(counts.items())))
@@ -103,6 +116,46 @@ def _scrape_token(path: Path) -> str:
     token = secrets.token_urlsafe(32)
     _write_secret(path, token)
     return token
+
+
+def _identities(config: ServeConfig, data_dir: Path) -> Identities:
+    """One Unix user per tenant when the server runs as root with the local executor, unless told to share its
+    identity. ValueError when a tenant's task could not reach its folder (a data dir under /root, say)."""
+    if config.backend == "ray":
+        return Identities(data_dir, shared_as="the Ray workers' user (whoever started each raylet)")
+    isolated = os.geteuid() == 0 and not config.shared_identity
+    identities = Identities(data_dir, isolated=isolated, users=config.tenant_users)
+    if isolated:
+        for folder in data_dir.parents:
+            if not os.stat(folder).st_mode & stat.S_IXOTH:
+                raise ValueError(f"--data-dir {data_dir}: tenants' tasks run as their own users and could not reach "
+                                 f"their folders in it, because {folder} is not searchable by other users; choose a "
+                                 "data dir such as /var/lib/trimtab, or give --shared-identity")
+    return identities
+
+
+def secure_data_dir(data_dir: Path, isolated: bool) -> None:
+    """Give the data dir and what it holds the modes of the module docstring, whatever they were. Links are left
+    alone (they are not followed); what lies deeper is unreachable through these folders."""
+    passable = 0o711 if isolated else 0o700
+    os.chmod(data_dir, passable)
+    for name in ("logs", "runs", TENANTS_DIR):
+        (data_dir / name).mkdir(mode=0o700, exist_ok=True)
+    for entry in os.scandir(data_dir):
+        if entry.is_symlink():
+            continue
+        if entry.name == TENANTS_DIR:
+            os.chmod(entry.path, passable)
+        else:
+            os.chmod(entry.path, 0o700 if entry.is_dir() else 0o600)
+
+
+def _private_files(database: Path) -> None:
+    """The SQLite database and its companions 0600 (SQLite gives a new WAL file the database's mode)."""
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        path = database.with_name(database.name + suffix)
+        if path.exists() and not path.is_symlink():
+            os.chmod(path, 0o600)
 
 
 def _write_secret(path: Path, text: str) -> None:

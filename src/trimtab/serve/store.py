@@ -106,7 +106,9 @@ class RunRow(Base):
 
 
 class TokenRow(Base):
-    """A bearer token, kept only as its SHA-256 digest. `tenant` None with `admin` True: the admin token."""
+    """A bearer token, kept only as its SHA-256 digest (a token is 256 random bits, so a digest is as good as a
+    salted hash and can be looked up). `tenant` None with `admin` True: the admin token. `last_used_s`: when it
+    last authenticated a request, to the minute (None: never)."""
 
     __tablename__ = "tokens"
 
@@ -116,6 +118,7 @@ class TokenRow(Base):
     admin: Mapped[bool] = mapped_column(Boolean, default=False)
     name: Mapped[str] = mapped_column(String(200), default="")
     created_s: Mapped[float] = mapped_column(Float)
+    last_used_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
 
 class TenantRow(Base):

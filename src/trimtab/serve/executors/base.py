@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.serve.gpus import Inventory
+from trimtab.serve.identity import TaskUser
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,7 +24,10 @@ class TaskLaunch:
     what CUDA_VISIBLE_DEVICES lists (indices, or MIG UUIDs). `gpu_milli` > 0: the task holds that share (1..999
     thousandths) of its one GPU, which other tasks share; 0: its GPUs are wholly its own. `env` already holds the
     rank variables, the TRIMTAB_* variables and, for a share, the MPS limits; `run_dir` is a private folder for
-    the executor's own bookkeeping of this task."""
+    the executor's own bookkeeping of this task.
+
+    `user`: the Unix identity the command runs as (None: the server's own); `make_dirs`: folders the executor
+    makes, as that user, before the command starts (its checkpoint and working folders)."""
 
     run_id: str
     job_id: int
@@ -37,6 +41,8 @@ class TaskLaunch:
     log_path: Path
     run_dir: Path
     gpu_milli: int = 0
+    user: TaskUser | None = None
+    make_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

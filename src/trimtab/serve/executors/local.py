@@ -1,16 +1,19 @@
 """The local executor: one process group per task on this machine, pinned to its GPUs by CUDA_VISIBLE_DEVICES.
 
-Each task runs under a tiny /bin/sh wrapper that writes its pid and, at the end, its exit code into the task's
-run folder, so a task that ends while the daemon is down still tells how it ended. A task whose machine restarted
-under it (another boot id than at its launch) is reported lost with its node."""
+Each task runs under a small wrapper (task_wrapper.py, this interpreter's, in an environment of its own) that runs
+the command as the task's user and writes its pid and, at the end, its exit code into the task's run folder, so a
+task that ends while the daemon is down still tells how it ended, whatever the job's environment. A task whose
+machine restarted under it (another boot id than at its launch) is reported lost with its node."""
 
 from __future__ import annotations
 
 import contextlib
+import marshal
 import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,15 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch, begin_stop
+from trimtab.serve.executors.task_wrapper import SPEC
 
-# $1 is the run folder; the rest is the command. The wrapper traps TERM with a no-op (not '' : an ignored signal
-# would be inherited as ignored by the command), so a stop's SIGTERM reaches the command while the wrapper waits for
-# it and records how it ended. The exit code is written atomically (rename) so a reader never sees half a number.
-# Killed by SIGKILL, the wrapper writes nothing: the task then counts as vanished.
-WRAPPER = (
-    'trap ":" TERM; D="$1"; shift; echo $$ > "$D/pid.tmp" && mv "$D/pid.tmp" "$D/pid"; "$@"; rc=$?; '
-    'echo $rc > "$D/exit.tmp" && mv "$D/exit.tmp" "$D/exit"; exit $rc'
-)
+WRAPPER = Path(__file__).with_name("task_wrapper.py")  # run by this interpreter, isolated: see its docstring
+# What a task of a tenant with its own Unix user keeps of the server's environment (a task of the server's own
+# user keeps all of it): where programs and libraries are, the locale and the time zone; nothing that might be a
+# secret of the server.
+KEPT_VARS = ("PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ")
 RUN_ID_VAR = "TRIMTAB_RUN_ID"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # changes at every boot of the machine
 
@@ -133,17 +134,20 @@ class LocalExecutor(Executor):
         return None
 
     def launch(self, task: TaskLaunch) -> dict[str, Any]:
-        task.run_dir.mkdir(parents=True, exist_ok=True)
-        task.log_path.parent.mkdir(parents=True, exist_ok=True)
-        for stale in ("pid", "exit"):
+        task.run_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        task.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for stale in ("pid", "exit", "error"):
             (task.run_dir / stale).unlink(missing_ok=True)
-        env = {**os.environ, **task.env, RUN_ID_VAR: task.run_id}
-        with open(task.log_path, "ab") as log:
+        _write_private(task.run_dir / SPEC, marshal.dumps(launch_spec(task)))
+        log = os.open(task.log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW, 0o600)
+        try:
             popen = subprocess.Popen(
-                ["/bin/sh", "-c", WRAPPER, "trimtab-task", str(task.run_dir), *task.argv],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                cwd=task.workdir or None, start_new_session=True, close_fds=True,
+                [sys.executable, "-I", "-S", str(WRAPPER), str(task.run_dir)], stdin=subprocess.DEVNULL,
+                stdout=log, stderr=subprocess.STDOUT, env={"PATH": os.defpath, RUN_ID_VAR: task.run_id}, cwd="/",
+                start_new_session=True, close_fds=True,
             )
+        finally:
+            os.close(log)
         ticks = process_start_ticks(popen.pid)
         self._tasks[task.run_id] = _Tracked(popen.pid, ticks, task.run_dir, popen)
         return {"pid": popen.pid, "start_ticks": ticks, "boot_id": boot_id()}
@@ -171,7 +175,8 @@ class LocalExecutor(Executor):
             if tracked.lost and code is None:
                 exits.append(TaskExit(run_id, None, "the machine restarted under it", lost=True))
             else:
-                exits.append(TaskExit(run_id, code, "" if code is not None else "killed or vanished"))
+                exits.append(TaskExit(run_id, code, _start_error(tracked.run_dir) if code is not None
+                                      else "killed or vanished"))
         return exits
 
     def adopt(self, task: TaskLaunch, handle: Mapping[str, Any] | None) -> Adoption:
@@ -244,6 +249,36 @@ class LocalExecutor(Executor):
                 return  # that pid is another process now
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(tracked.pid, sig)
+
+
+def launch_spec(task: TaskLaunch) -> dict[str, Any]:
+    """What the wrapper runs: the command with the task's environment over the server's (all of it for the
+    server's own user, `KEPT_VARS` for a tenant's user), in the task's working directory, as the task's user."""
+    if task.user is None:
+        base = dict(os.environ)
+    else:
+        base = {k: v for k, v in os.environ.items() if k in KEPT_VARS or k.startswith("LC_")}
+    user = None if task.user is None else {"uid": task.user.uid, "gid": task.user.gid}
+    return {"argv": list(task.argv), "env": {**base, **task.env, RUN_ID_VAR: task.run_id}, "cwd": task.workdir,
+            "user": user, "make_dirs": list(task.make_dirs)}
+
+
+def _write_private(path: Path, data: bytes) -> None:
+    """Write a file only the server can read (it may hold a job's secrets), replacing any former one."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _start_error(run_dir: Path) -> str:
+    """Why the wrapper could not start the command ("" if it did)."""
+    try:
+        return "could not start: " + (run_dir / "error").read_text().strip()
+    except OSError:
+        return ""
 
 
 def _read_int(path: Path) -> int | None:

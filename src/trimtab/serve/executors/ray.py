@@ -232,10 +232,10 @@ class RayExecutor(Executor):
         actor = self._actor_cls.options(
             name=name, namespace=NAMESPACE, lifetime="detached", num_gpus=_gpus(task), scheduling_strategy=strategy,
         ).remote(task.run_id, self._log_dir)
-        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        task.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tracked = _Tracked(actor, task.log_path, task.node)
         tracked.wait_ref = actor.wait.remote()
-        started = actor.start.remote(list(task.argv), env, task.workdir)
+        started = actor.start.remote(list(task.argv), env, task.workdir, list(task.make_dirs))
         tracked.extra["start_ref"] = started
         tracked.extra["launched_s"] = self._clock()
         self._tasks[task.run_id] = tracked

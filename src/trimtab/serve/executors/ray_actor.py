@@ -51,13 +51,21 @@ class TaskActor:
         self.lock = threading.Lock()
         self.stopped = False  # a stop came before the command started: it must not start
 
-    def start(self, argv: list[str], env: dict[str, str], workdir: str | None) -> dict[str, Any]:
+    def start(self, argv: list[str], env: dict[str, str], workdir: str | None,
+              make_dirs: list[str]) -> dict[str, Any]:
+        """Start the command in `workdir` once the folders `make_dirs` exist (made here, as the Ray worker's user:
+        Ray tasks run as whoever started the raylet, whatever their tenant)."""
         import socket
         import subprocess
         import sys
         import threading
 
         full_env = {**os.environ, **env}
+        try:
+            for folder in make_dirs:
+                os.makedirs(folder, mode=0o700, exist_ok=True)
+        except OSError as exc:
+            return {"error": str(exc)}
         started = threading.Event()
 
         def keep() -> None:  # this thread is the supervisor's parent: it lives as long as the task
