@@ -69,13 +69,8 @@ def serve_cmd(
     tenant_max_memory: MemoryOpt = None, tenant_max_pending_jobs: PendingJobsOpt = None,
     max_body_bytes: BodyBytesOpt = 1 << 20, body_timeout_s: BodyTimeoutOpt = 5.0,
     max_header_bytes: HeaderBytesOpt = 16 << 10, header_timeout_s: HeaderTimeoutOpt = 5.0,
-    keepalive_timeout_s: KeepaliveOpt = 5, metrics_public: TenantUserOpt = Annotated[list[str] | None, typer.Option(
-    help="TENANT=USER: run the tenant's tasks as this Unix user (server run as root; repeatable). Other tenants get a "
-         "system user trimtab-<tenant>, created on first use.")]
-SharedIdentityOpt = Annotated[bool, typer.Option(
-    "--shared-identity", help="Run every task as the server's user even as root: tenants are not isolated from each "
-                              "other nor from the server's files.")]
-MetricsPublicOpt = False,
+    keepalive_timeout_s: KeepaliveOpt = 5, metrics_public: MetricsPublicOpt = False,
+    tenant_user: TenantUserOpt = None, shared_identity: SharedIdentityOpt = False,
 ) -> None:
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
     hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
