@@ -44,16 +44,18 @@ def fit_status(job: Job, ctx: CycleContext, filters: Sequence[Plugin], reserved:
     room = int(np.minimum(fit, job.tasks).sum())
     if room >= job.tasks:
         return None
-    nodes = f"{int((fit > 0).sum())}/{n} nodes are available"
     detail = ", ".join(sorted(f"{c} {text}" for text, c in counts.items()))
-    available = f"{nodes}: {detail}." if detail else f"{nodes}."
-    head = "" if job.tasks == 1 else f"waiting for room for the gang's {job.tasks} members (room for {room}); "
+    if job.tasks == 1:
+        text = f"0/{n} nodes are available: {detail}."
+    else:  # a gang: all of its members at once or none
+        text = (f"waiting for room for the gang's {job.tasks} members: room for {room} on {int((fit > 0).sum())}/{n} "
+                "nodes" + (f"; {detail}." if detail else "."))
     hint = _needs(job, cluster, allowed)
     if int(np.minimum(free, job.tasks).sum()) >= job.tasks:  # the reserved GPUs alone keep it out
         who = f"job {holders[0]}" if len(holders) == 1 else f"jobs {', '.join(holders)}" if holders else "others"
-        return Status(Code.WAIT, f"reserved for {who}: {head}{available}", cause=Cause.RESERVATION,
+        return Status(Code.WAIT, f"reserved for {who}: {text}", cause=Cause.RESERVATION,
                       hint=f"starts when {who} has started or the reservation moves; {hint}")
-    return Status(Code.WAIT, head + available, cause=Cause.FIT, hint=hint)
+    return Status(Code.WAIT, text, cause=Cause.FIT, hint=hint)
 
 
 def _count(counts: dict[str, int], ruled_out: np.ndarray, text: str) -> None:
