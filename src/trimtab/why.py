@@ -8,6 +8,7 @@ read the cluster and the filters (whose answers never depend on what is free), s
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -17,6 +18,9 @@ from trimtab.policy import Cause, Code, CycleContext, Plugin, Reservation, Statu
 
 BEHIND = Status(Code.WAIT, "behind a higher-priority job", cause=Cause.ORDER,
                 hint="fits now: starts when the jobs ahead of it in the queue have started or stopped blocking it")
+_HINTS = {Cause.QUOTA: "starts when its tenant's or queue's running jobs end or the admin raises the quota",
+          Cause.LOCALITY: "starts when its better placement frees or its wait for one runs out",
+          Cause.GANG: "starts once its gang has started"}
 
 
 def fit_status(job: Job, ctx: CycleContext, filters: Sequence[Plugin], reserved: np.ndarray | None = None,
@@ -90,8 +94,11 @@ def _needs(job: Job, cluster: ClusterState, allowed: np.ndarray) -> str:
     task = job.task
     if not allowed.any():
         return "no node it may use is up: change its constraints or bring such a node back"
-    what = (f"{task.gpus} GPUs" if task.gpus else f"{task.gpu_milli / GPU_MILLI:g} of a GPU" if task.gpu_milli
-            else f"a MIG {task.mig} slice" if task.mig else "its CPU and memory")
+    if task.gpus:
+        what = f"{task.gpus} GPU{'s' if task.gpus > 1 else ''}"
+    else:
+        what = (f"{task.gpu_milli / GPU_MILLI:g} of a GPU" if task.gpu_milli else f"a MIG {task.mig} slice"
+                if task.mig else "its CPU and memory")
     per_node = "on one node" if job.tasks == 1 else f"for each of {job.tasks} members, all at once"
     if not task.gpus:
         return f"needs {what} {per_node}"
@@ -107,7 +114,7 @@ def explain(job: Job, ctx: CycleContext, filters: Sequence[Plugin], latest: Stat
     plugin or a reservation holds it (the plugins are not asked again: some keep per-job state), else the fit
     counts taken now, else (it fits now) BEHIND: jobs ahead of it in the queue go first."""
     if latest is not None and latest.cause not in (Cause.FIT, Cause.ORDER, Cause.RESERVATION):
-        return latest
+        return latest if latest.hint else replace(latest, hint=_HINTS.get(latest.cause, ""))
     reserved = np.zeros(len(ctx.cluster), dtype=np.int64)
     for r in reservations:
         if r.nodes is not None and r.gpus is not None and r.job_id != job.id:

@@ -36,7 +36,7 @@ def test_a_quota_blocked_job_says_who_holds_the_quota_and_what_frees_it():
     assert [j.id for j, _ in decision.starts] == ["1", "2"]
     status = decision.waiting["3"]
     assert (status.reason, status.cause) == ("quota: team-a holds 2 of 2 GPUs", Cause.QUOTA)
-    assert status.hint == "needs 1 GPUs: starts when team-a's running jobs free 1 or the admin raises the quota to 3"
+    assert status.hint == "needs 1 GPU: starts when team-a's running jobs free 1 or the admin raises the quota to 3"
 
 
 def test_a_job_too_large_for_any_node_counts_the_nodes_as_kube_scheduler_does():
@@ -120,8 +120,11 @@ def test_explain_counts_afresh_and_says_behind_when_the_job_fits_now():
     assert explain(b, ctx, sched.framework.filter, None).reason == "0/1 nodes are available: 1 have too few free GPUs."
     sched.stopped("a", 10.0, JobState.COMPLETED)
     assert explain(b, sched._cycle_context(10.0), sched.framework.filter, None) is BEHIND
-    held = Status(Code.WAIT, "quota: x", cause=Cause.QUOTA)
+    held = Status(Code.WAIT, "quota: x", cause=Cause.QUOTA, hint="raise it")
     assert explain(b, ctx, sched.framework.filter, held) is held  # an admit plugin's answer is not asked again
+    bare = explain(b, ctx, sched.framework.filter, replace(held, hint=""))
+    assert (bare.reason, bare.hint) == ("quota: x", "starts when its tenant's or queue's running jobs end or the admin "
+                                                    "raises the quota")
 
 
 @pytest.mark.parametrize("stalled_first", [False, True])

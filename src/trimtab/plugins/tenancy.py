@@ -138,7 +138,8 @@ class Quota(Plugin):
         held_milli = int(ctx.usage.tenant(job.tenant)[GPU_MILLI_DIM])
         after_milli = held_milli + job.tasks * job.task.gpu_milli_total
         if after_milli > quota * GPU_MILLI:
-            hint = (f"needs {(after_milli - held_milli) / GPU_MILLI:g} GPUs: starts when {job.tenant}'s running jobs "
+            need = (after_milli - held_milli) / GPU_MILLI
+            hint = (f"needs {need:g} GPU{'s' if need > 1 else ''}: starts when {job.tenant}'s running jobs "
                     f"free {(after_milli - quota * GPU_MILLI) / GPU_MILLI:g} or the admin raises the quota to "
                     f"{math.ceil(after_milli / GPU_MILLI)}")
             return Status(Code.WAIT, f"quota: {job.tenant} holds {held_milli / GPU_MILLI:g} of {quota} GPUs",

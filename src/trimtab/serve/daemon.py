@@ -21,6 +21,7 @@ from sqlalchemy import select, update
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
 from trimtab.model import Job, JobState
 from trimtab.plugins import default_registry
+from trimtab.policy import Decision, Reservation, Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import Attempt
@@ -29,9 +30,11 @@ from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
 from trimtab.serve.gpus import Inventory
 from trimtab.serve.launch import Launcher
+from trimtab.serve.reasons import ReasonBook
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
 from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
+from trimtab.why import explain
 
 log = logging.getLogger("trimtab.serve")
 
@@ -91,7 +94,10 @@ class Daemon:
         # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) hold under every policy, read live
         self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
+        self.scheduler.framework.explains = True  # every waiting job's reason in words (trimtab jobs, the API)
         self.cluster = self.scheduler.cluster
+        self.reasons = ReasonBook(lambda job: self.scheduler.shape(job))
+        self._reservations: list[Reservation] = []  # those of the latest cycle that ran (for `why`)
         self.devices = DeviceBook(inventory)
         self.launcher = Launcher(store, executor, self.devices, data_dir, clock)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
@@ -193,6 +199,8 @@ class Daemon:
                     observe(seconds)
             if decision.preemptions or decision.starts:
                 self._apply(decision.preemptions, decision.starts, now)
+            if self.scheduler.cycles_run != ran:
+                self._note_reasons(decision)
             if now - self._last_sample_s >= self.sample_every_s:
                 self._sample(now)
 
@@ -222,6 +230,7 @@ class Daemon:
         if not nodes:
             return  # not nodes for the scheduler (e.g. without GPUs in a GPU cluster)
         self.scheduler = self.scheduler.with_nodes(nodes, self.registry)
+        self.scheduler.framework.explains = True
         self.cluster = self.scheduler.cluster
         self.devices.add_nodes(nodes, found)
         for node in nodes:
@@ -313,6 +322,30 @@ class Daemon:
             self.attempts[att.job_id] = att
             self.waiting_launch.append(att)
         self._launch_waiting()
+
+    def _note_reasons(self, decision: Decision) -> None:
+        """Why each pending job waits after a cycle that ran (ReasonBook); the reasons that changed are written to
+        the store, so a queue that waits for the same reasons costs no write per cycle."""
+        pending = self.scheduler.pending()
+        self.reasons.note(decision, pending)
+        self._reservations = decision.reservations
+        changed = self.reasons.unsaved(pending)
+        if changed:
+            with self.store.session() as s:
+                for job_id, text in changed:
+                    s.execute(update(JobRow).where(JobRow.id == int(job_id), JobRow.state == "pending")
+                              .values(reason=text))
+
+    def why(self, job_id: int) -> Status | None:
+        """Why a pending job waits now and what would let it start (`why.explain` over the current books: the
+        latest reason of an admit plugin, else the fit counted now); None when the scheduler does not queue it."""
+        with self.lock:
+            key = str(job_id)
+            job = self.scheduler.jobs.get(key)
+            if job is None or self.scheduler.state.get(key) is not JobState.PENDING:
+                return None
+            return explain(job, self.scheduler.context(self.clock()), self.scheduler.framework.filter,
+                           self.reasons.latest(key), self._reservations)
 
     def _launch_waiting(self) -> None:
         self._failed_launches += self.launcher.launch(self.waiting_launch, self.cluster)
