@@ -59,9 +59,8 @@ class GpuModel(NodeCache):
 
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
         self._nodes_of(ctx)
-        if not job.gpu_models:
-            return self._all
-        return self._cached(job.gpu_models, lambda: ctx.cluster.model_mask(job.gpu_models))
+        return self._cached(job.gpu_models, lambda: ctx.cluster.model_mask(job.gpu_models)) if job.gpu_models \
+            else self._all
 
 
 class NodeSelector(NodeCache):
