@@ -265,7 +265,7 @@ class Framework:
                 no_room.code, f"no placement found by {self.placer.name}", cause=no_room.cause)
         if held is not None and job.gpus <= ctx.cluster.free_gpus_total \
                 and int(np.minimum(self.feasible(job, ctx), job.tasks).sum()) >= job.tasks:
-            return _RESERVED
+            return _RESERVED  # it would fit but for the hold: one more fit count, only under a reservation
         return no_room
 
     def _admit(self, job: Job, ctx: CycleContext) -> Status:
