@@ -12,10 +12,23 @@ import numpy as np
 
 from trimtab.cluster import Allocation
 from trimtab.model import Job
-from trimtab.policy import _DOES_NOT_FIT, _OK, _ONE_TASK, CycleContext, Decision, Eviction, Plugin, Status, check_points
+from trimtab.policy import (
+    _DOES_NOT_FIT,
+    _NO_FREE_GPU,
+    _OK,
+    _ONE_TASK,
+    _RESERVED,
+    CycleContext,
+    Decision,
+    Eviction,
+    Plugin,
+    Status,
+    check_points,
+)
 from trimtab.profile import PluginRef, Profile, Registry, _split_ref
 from trimtab.queue import RunningKeys
 from trimtab.usage import UsageBook
+from trimtab.why import fit_status
 
 OnStart = Callable[[Job, Allocation], None]
 OnPreempt = Callable[[str], None]
@@ -88,6 +101,8 @@ class Framework:
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
         self.placements_tried = 0  # calls of the place plugin (one per job, or one per consolidated unit)
+        # the world wants each waiting job's reason in words (why.fit_status), not only its cause: the live service
+        self.explains = False
 
     def forget(self, job_id: str) -> None:
         """A job stopped running: drop its cached key and its usage."""
@@ -208,6 +223,7 @@ class Framework:
                        and (job.gpus < books.fail_gpus or not _fails_like(job, books.failed))
                        and job.preemption_policy != "Never")
         if free_for_job <= 0 and job.gpus > 0 and not may_preempt:
+            decision.stalled[job.id] = self._blocked_status(books, job, ends_in_time, _NO_FREE_GPU, False)
             if not outranks or books.fail_gpus <= 1 or not self._has_preempt:
                 return False  # no job after this one can start or preempt either
             books.blocked.add(shape)
@@ -234,8 +250,29 @@ class Framework:
             self._start(books, job, alloc, ends_in_time)
             return True
         books.blocked.add(shape)
-        decision.waiting[job.id] = _DOES_NOT_FIT
+        decision.waiting[job.id] = self._blocked_status(books, job, ends_in_time, _DOES_NOT_FIT,
+                                                        job.gpus <= free_for_job)
         return self._reserve(books, job) if self.backfill else True
+
+    def _blocked_status(self, books: CycleBooks, job: Job, ends_in_time: bool, no_room: Status,
+                        tried: bool) -> Status:
+        """Why `job` cannot start in this cycle when no admit plugin holds it: RESERVATION when it would fit but for
+        the GPUs reserved for jobs ahead of it, else FIT (`no_room`). With `explains`, the status says it in words
+        (why.fit_status); without, one of the shared statuses (the causes alone: a simulation counts them), and
+        the filters are asked again only for a job whose placement was `tried` under the hold (they have answered
+        for it in this cycle already; asking them of another job could change what they remember). A job not
+        tried for want of free GPUs outside the reservations waits for the reservations when GPUs enough are free."""
+        ctx = books.ctx
+        held = books.reserved if books.reserved_total and not ends_in_time else None
+        if self.explains:
+            holders = [r.job_id for r in books.decision.reservations]
+            return fit_status(job, ctx, self.filter, held, holders) or Status(
+                no_room.code, f"no placement found by {self.placer.name}", cause=no_room.cause)
+        if held is None or job.gpus > ctx.cluster.free_gpus_total:
+            return no_room
+        if not tried or int(np.minimum(self.feasible(job, ctx), job.tasks).sum()) >= job.tasks:
+            return _RESERVED  # it would fit but for the hold: one more fit count, only under a reservation
+        return no_room
 
     def _admit(self, job: Job, ctx: CycleContext) -> Status:
         """Phase admit: the first non-success of the `admit` plugins."""

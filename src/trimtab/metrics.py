@@ -12,8 +12,9 @@ import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job, JobState, Outcome
-from trimtab.policy import Cause, Eviction
+from trimtab.policy import Cause, Eviction, Status
 from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
+from trimtab.waits import NO_STATUSES, WaitBook
 
 STARVE_MIN_S = 3600.0
 STARVE_FACTOR = 10.0
@@ -92,9 +93,8 @@ class Recorder:
         self._cycle_ms: list[float] = []
         self._decisions = 0
         self._open_runs: dict[str, tuple[RunRecord, Allocation]] = {}
-        self._quota_since: dict[str, float] = {}  # job -> since when the scheduler says quota holds it
-        self._quota_blocked_s: dict[str, float] = {}
-        self._sees_waiting = False  # the world reports why jobs wait (`waiting`)
+        self.waits = WaitBook()  # time waited per cause, from the statuses the world reports (`waiting`)
+        self._sees_waiting = False  # the world reports why jobs wait
         self._evicted_needed_gpus = [0, 0]  # over all preemptions: GPUs evicted, GPUs their preemptors needed
         # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
         self.net_util_fn: Callable[[float, float], float] | None = None
@@ -103,14 +103,14 @@ class Recorder:
 
     def submitted(self, job: Job, now_s: float) -> None:
         self.jobs[job.id] = JobRecord(job)
+        self.waits.queued(job.id, now_s)
         self._pending += 1
         self._mark(now_s)
 
     def run_started(self, job: Job, alloc: Allocation, now_s: float, progress_from_s: float,
                     slowdown: float) -> None:
         rec = self.jobs[job.id]
-        if job.id in self._quota_since:
-            self._end_quota_block(job.id, now_s)
+        self.waits.left(job.id, now_s)
         nodes = self.cluster.nodes
         names = [nodes[int(i)].name for i in alloc.nodes]
         racks = len(np.unique(self.cluster.rack_idx[alloc.nodes]))
@@ -140,6 +140,7 @@ class Recorder:
         rec = self.jobs[job_id]
         if requeued:
             rec.state = JobState.PENDING
+            self.waits.queued(job_id, now_s)
             self._pending += 1
         self._mark(now_s)
 
@@ -147,25 +148,19 @@ class Recorder:
         """The job reached a terminal state (a pending job cancelled, or its last attempt ended)."""
         rec = self.jobs[job_id]
         if rec.state is JobState.PENDING:
+            self.waits.left(job_id, now_s)
             self._pending -= 1
             self._mark(now_s)
         rec.state = state
         rec.end_s = now_s
 
-    def waiting(self, now_s: float, statuses: Mapping[str, Any]) -> None:
-        """Why jobs wait after a cycle that ran: statuses (framework `Status`) by job id. A job is quota-blocked from
-        a cycle whose status for it has the cause `Cause.QUOTA` until one gives another cause or it starts."""
+    def waiting(self, now_s: float, statuses: Mapping[str, Status], stalled: Mapping[str, Status] = NO_STATUSES
+                ) -> None:
+        """Why jobs wait after a cycle that ran (Decision.waiting and Decision.stalled), booked by cause (WaitBook):
+        a job is quota-blocked from a cycle whose status for it has the cause `Cause.QUOTA` until one gives another
+        cause or it starts."""
         self._sees_waiting = True
-        for job_id, status in statuses.items():
-            blocked = status.cause is Cause.QUOTA
-            if blocked and job_id not in self._quota_since:
-                self._quota_since[job_id] = now_s
-            elif not blocked and job_id in self._quota_since:
-                self._end_quota_block(job_id, now_s)
-
-    def _end_quota_block(self, job_id: str, now_s: float) -> None:
-        since = self._quota_since.pop(job_id)
-        self._quota_blocked_s[job_id] = self._quota_blocked_s.get(job_id, 0.0) + now_s - since
+        self.waits.seen(now_s, statuses, stalled)
 
     def cycle(self, wall_ms: float, decisions: int) -> None:
         self._cycle_ms.append(wall_ms)
@@ -202,7 +197,13 @@ class Recorder:
         jobs = list(self.jobs.values())
         series, windows = self._series(jobs)
         summary = self._summary(jobs, series, windows, timing)
-        return {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
+        out = {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
+        if self._sees_waiting:  # the time each job waited per cause, up to the end of the run, and their sums
+            end_s = span_of([r.times for r in jobs])[2]
+            per_job, out["wait_by_cause_s"] = self.waits.report([r.job.id for r in jobs], end_s)
+            for row, waited in zip(out["jobs"], per_job, strict=True):
+                row["wait_by_cause_s"] = waited
+        return out
 
     def _series(self, jobs: list[JobRecord]) -> tuple[dict[str, Any], np.ndarray]:
         first, _, end = span_of([r.times for r in jobs])
@@ -249,7 +250,8 @@ class Recorder:
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
         assert tuple(summary) == SUMMARY_KEYS
-        tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
+        quota_blocked_s = {r.job.id: self.waits.closed_s(r.job.id, Cause.QUOTA) for r in jobs}
+        tenants = _tenants(jobs, quota_blocked_s if self._sees_waiting else None)
         if len(tenants) > 1:
             summary["tenants"] = tenants
         return summary

@@ -33,19 +33,22 @@ class Cause(StrEnum):
     RESERVATION = "reservation"  # the free GPUs are held for other jobs
     LOCALITY = "locality"  # held back for a better placement later (delay scheduling)
     GANG = "gang"  # a pod beyond its gang's minimum, waiting for the gang to start
+    ORDER = "order"  # not reached yet: jobs ahead of it in the queue hold it (no cycle has examined it)
     OTHER = "other"
 
 
 @dataclass(frozen=True, slots=True)
 class Status:
     """An explicit answer: success is `Status.ok()`, never an absent value. A non-success says why in `reason`
-    (text for people), which plugin gave it (`plugin`, cited in reasons) and its `cause` (a Cause, for code that
-    counts by reason; OTHER unless the plugin says)."""
+    (text for people), which plugin gave it (`plugin`, cited in reasons), its `cause` (a Cause, for code that
+    counts by reason; OTHER unless the plugin says) and, when the plugin knows, what would let the job start
+    (`hint`, text for people: `trimtab why`)."""
 
     code: Code
     reason: str = ""
     plugin: str = ""
     cause: Cause = Cause.OTHER
+    hint: str = ""
 
     @staticmethod
     def ok() -> Status:
@@ -58,6 +61,8 @@ class Status:
 
 _OK = Status(Code.SUCCESS)
 _DOES_NOT_FIT = Status(Code.WAIT, "does not fit now", cause=Cause.FIT)
+_NO_FREE_GPU = Status(Code.WAIT, "no free GPU", cause=Cause.FIT)
+_RESERVED = Status(Code.WAIT, "the free GPUs are reserved for jobs ahead of it", cause=Cause.RESERVATION)
 _ONE_TASK = np.ones(1, dtype=np.int64)
 
 
@@ -102,13 +107,21 @@ class Decision:
     reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `evictions`: one
     record per preemption (its victims are in `preemptions` too), for the world's metrics. `prefetches`: (job,
     nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in `close`; a
-    world without a data model ignores them)."""
+    world without a data model ignores them).
+
+    Why jobs wait (see docs/architecture.md, "Reasons"): `waiting` holds the Status of every job the cycle examined
+    and could not start (an admit plugin's answer, or the cycle's own: no fit, GPUs reserved); `stalled` the jobs
+    it reached but did not examine because no GPU was free for them (cause FIT). A world keeps each job's latest
+    cause: a `waiting` status replaces it, a `stalled` one replaces only ORDER (not examined yet); jobs the cycle
+    did not reach keep theirs (those skipped because a job of their request shape ahead of them is blocked would
+    get the same answer)."""
 
     starts: list[tuple[Job, Allocation]] = field(default_factory=list)
     preemptions: list[str] = field(default_factory=list)
     evictions: list[Eviction] = field(default_factory=list)
     reservations: list[Reservation] = field(default_factory=list)
     waiting: dict[str, Status] = field(default_factory=dict)
+    stalled: dict[str, Status] = field(default_factory=dict)
     wake_s: float | None = None
     prefetches: list[tuple[Job, np.ndarray]] = field(default_factory=list)
 
@@ -331,6 +344,9 @@ class Plugin:
     shape_by_tenant: ClassVar[bool] = False  # its answers differ by tenant or queue (queue shapes keep them apart)
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
     needs_usage: ClassVar[bool] = False  # reads ctx.usage (the cycle then keeps it, within a cycle too)
+    # a filter: what the nodes it rules out are, in a reason's per-node counts ("2 are tainted"); empty: the
+    # reasons say "are ruled out by <name>"
+    filter_reason: ClassVar[str] = ""
     # Reservation plugins: GPU-seconds of reserved capacity their holders left unused so far, by reservation name
     # (a simulated run reports them under `reservations.unused_gpu_s`). Other plugins hold none.
     unused_gpu_s: Mapping[str, float] = MappingProxyType({})

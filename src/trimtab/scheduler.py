@@ -355,6 +355,10 @@ class Scheduler:
             self._blocked.difference_update(shapes)
             self._dirty = True
 
+    def shape(self, job: Job) -> Shape:
+        """The request shape the queue files `job` under: a cycle gives every job of one shape the same answer."""
+        return self._queue.shape(job)
+
     def pending(self) -> list[Job]:
         """Pending jobs in queue order (for a static order) or arrival order."""
         return list(_PendingView(self))

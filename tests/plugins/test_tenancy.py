@@ -68,7 +68,7 @@ def test_quota_holds_an_over_quota_job_with_a_reason():
     decision = scheduler.cycle(0.0)
     assert sorted(j.id for j, _ in decision.starts) == ["a1", "b1"]
     status = decision.waiting["a2"]
-    assert status.plugin == "quota" and "gpus would be 5 > 4" in status.reason
+    assert status.plugin == "quota" and "gpus would be 5 > 4" in status.reason and status.reason.startswith("quota: ")
     assert status.cause is Cause.QUOTA
 
 

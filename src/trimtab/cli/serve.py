@@ -178,6 +178,16 @@ def _print_job(job: dict[str, Any]) -> None:
     console.print(table)
 
 
+def _print_why(why: dict[str, Any]) -> None:
+    if why["state"] != "pending":
+        reason = f": {why['reason']}" if why["reason"] else ""
+        console.print(f"job {why['id']} is {why['state']}{reason} (not waiting)", highlight=False)
+        return
+    console.print(f"job {why['id']} waits ({why['cause']}): {why['reason']}", highlight=False)
+    if why["hint"]:
+        console.print(f"to start: {why['hint']}", highlight=False)
+
+
 def _print_nodes(data: dict[str, Any]) -> None:
     table = Table("node", "model", "GPUs", "allocated", "GPU map")
     for n in data["nodes"]:
@@ -210,6 +220,12 @@ def jobs_cmd(state: Annotated[str | None, typer.Option(help="Only jobs in this s
 def job_cmd(job_id: int, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
     """Show one job and its runs."""
     _show(_call(_client(server, token).job, job_id), as_json, _print_job)
+
+
+@commands.command("why")
+def why_cmd(job_id: int, server: ServerOpt = None, token: TokenOpt = None, as_json: JsonOpt = False) -> None:
+    """Why a job waits, and what would let it start."""
+    _show(_call(_client(server, token).why, job_id), as_json, _print_why)
 
 
 @commands.command("cancel")

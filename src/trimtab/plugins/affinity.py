@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -84,6 +84,8 @@ class InterPodAffinity(Plugin):
     Close: a job waiting for required affinity is tried again at once (a wake-up) when a pod it selects starts.
 
     Jobs without inter-pod terms cost nothing while no running job states a term that could concern them."""
+
+    filter_reason: ClassVar[str] = "do not match the pod affinity or anti-affinity"
 
     def __init__(self, place: str | Mapping[str, Mapping[str, Any]] | None = None,
                  hard_affinity_weight: int = 1) -> None:

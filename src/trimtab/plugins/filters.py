@@ -8,6 +8,7 @@ nothing to check."""
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
+from typing import ClassVar
 
 import numpy as np
 
@@ -54,15 +55,18 @@ class NodeCache(Plugin):
 class GpuModel(NodeCache):
     """Nodes whose GPU model the job allows (all nodes when it names none)."""
 
+    filter_reason: ClassVar[str] = "have another GPU model"
+
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
         self._nodes_of(ctx)
-        if not job.gpu_models:
-            return self._all
-        return self._cached(job.gpu_models, lambda: ctx.cluster.model_mask(job.gpu_models))
+        return self._cached(job.gpu_models, lambda: ctx.cluster.model_mask(job.gpu_models)) if job.gpu_models \
+            else self._all
 
 
 class NodeSelector(NodeCache):
     """Nodes carrying every label of the job's node selector."""
+
+    filter_reason: ClassVar[str] = "do not match the node selector"
 
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
         self._nodes_of(ctx)
@@ -81,6 +85,8 @@ class Taints(NodeCache):
     Kubernetes defines it: an empty key with Exists matches every taint, Exists matches any value, Equal needs the
     same value, and an empty effect matches all effects. Masks are cached per set of tolerations; on a cluster
     without such taints every job gets the all-True mask."""
+
+    filter_reason: ClassVar[str] = "are tainted"
 
     def __init__(self) -> None:
         super().__init__()
@@ -118,6 +124,8 @@ class NodeAffinity(NodeCache):
     Score: preferred node affinity, as Kubernetes's NodeAffinity scorer: a node gets the sum of the weights of the
     preferences it matches, scaled so the best node scores 100 (all 0 when no node matches one, or the job states
     none). Masks and scores are cached per affinity (node labels do not change)."""
+
+    filter_reason: ClassVar[str] = "do not match the node affinity"
 
     def __init__(self) -> None:
         super().__init__()

@@ -42,8 +42,8 @@ class MinMember(Plugin):
             self._started.add(gang)
             return Status.ok()
         self._awaited.add(gang)
-        return Status(Code.WAIT, f"waits for its gang {gang} to start (the pods beyond the gang's minimum start "
-                      "only after it)", self.name, Cause.GANG)
+        return Status(Code.WAIT, f"waiting for its gang {gang} to start (pods beyond the gang's minimum start "
+                      "after it)", self.name, Cause.GANG, f"starts once job {gang} (the gang's minimum) has started")
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         self._started.update(job.id for job, _ in decision.starts)

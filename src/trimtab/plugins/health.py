@@ -4,6 +4,7 @@ and drain (no new work on nodes that fail far more often than the others). Both 
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import numpy as np
 
@@ -43,6 +44,8 @@ class Drain(Plugin):
     count is at least `threshold` and at least `ratio` times the cluster's mean; at most `max_share` of the nodes,
     the worst records first, are drained at once (so a cluster-wide storm never drains the cluster). With
     `threshold` 1.5 and the observations' time constant tau, a second failure within 0.7 tau can drain a node."""
+
+    filter_reason: ClassVar[str] = "are drained (too many recent failures)"
 
     def __init__(self, threshold: float = 1.5, ratio: float = 3.0, max_share: float = 0.1) -> None:
         if threshold <= 0 or ratio < 1 or not 0 <= max_share <= 1:

@@ -122,18 +122,23 @@ class Quota(Plugin):
             after = ctx.usage.tenant(job.tenant) + need
             over = np.flatnonzero(after > hard)
             if over.size:
-                dim = USAGE_DIMS[int(over[0])]
-                return Status(Code.WAIT, f"ResourceQuota {job.tenant}/{name}: {dim} would be {int(after[over[0]])}"
-                              f" > {int(hard[over[0]])}", self.name, Cause.QUOTA)
+                dim, would = USAGE_DIMS[int(over[0])], int(after[over[0]])
+                return Status(Code.WAIT, f"quota: ResourceQuota {job.tenant}/{name}: {dim} would be {would} > "
+                              f"{int(hard[over[0]])}", self.name, Cause.QUOTA,
+                              f"starts when {job.tenant}'s running jobs free enough {dim} or the admin raises "
+                              f"{name}'s {dim} to {would}")
         queue = _queue_of(job)
         used = int(ctx.usage.queue(queue)[1])
         cap = self.capability.get(queue)
         if cap is not None and used + job.gpus > cap:
-            return Status(Code.WAIT, f"queue {queue}: capability {cap} GPUs reached", self.name, Cause.QUOTA)
+            return Status(Code.WAIT, f"quota: queue {queue} holds {used} of its capability of {cap} GPUs", self.name,
+                          Cause.QUOTA, f"starts when queue {queue}'s running jobs free {used + job.gpus - cap} GPUs "
+                          f"or the admin raises its capability to {used + job.gpus}")
         if self.shares and not self.borrowing and queue in self.deserved \
                 and used + job.gpus > self.deserved[queue] + 1e-9:
-            return Status(Code.WAIT, f"queue {queue}: deserved {self.deserved[queue]:.1f} GPUs reached", self.name,
-                          Cause.QUOTA)
+            return Status(Code.WAIT, f"quota: queue {queue} holds {used} of its deserved {self.deserved[queue]:.1f} "
+                          "GPUs (no borrowing)", self.name, Cause.QUOTA,
+                          f"starts when queue {queue}'s running jobs end or its weight is raised")
         return Status.ok()
 
     def _check_tenant_gpus(self, job: Job, ctx: CycleContext) -> Status:
@@ -142,9 +147,14 @@ class Quota(Plugin):
         if quota is None:
             return Status.ok()
         held_milli = int(ctx.usage.tenant(job.tenant)[GPU_MILLI_DIM])
-        if held_milli + job.tasks * job.task.gpu_milli_total > quota * GPU_MILLI:
-            return Status(Code.WAIT, f"tenant {job.tenant} holds {held_milli / GPU_MILLI:g} of its {quota} GPUs",
-                          self.name, Cause.QUOTA)
+        after_milli = held_milli + job.tasks * job.task.gpu_milli_total
+        if after_milli > quota * GPU_MILLI:
+            need = (after_milli - held_milli) / GPU_MILLI
+            hint = (f"needs {need:g} GPU{'s' if need > 1 else ''}: starts when {job.tenant}'s running jobs "
+                    f"free {(after_milli - quota * GPU_MILLI) / GPU_MILLI:g} or the admin raises the quota to "
+                    f"{math.ceil(after_milli / GPU_MILLI)}")
+            return Status(Code.WAIT, f"quota: {job.tenant} holds {held_milli / GPU_MILLI:g} of {quota} GPUs",
+                          self.name, Cause.QUOTA, hint)
         return Status.ok()
 
     def _check_tenant_caps(self, job: Job, ctx: CycleContext) -> Status:
@@ -237,6 +247,7 @@ class Reservation(Plugin):
     reserved GPUs its running jobs do not use; for named nodes, their GPUs left free."""
 
     shape_by_tenant: ClassVar[bool] = True  # only the holder may use the reserved GPUs
+    filter_reason: ClassVar[str] = "are reserved for others"
 
     def __init__(self, reservations: Sequence[Mapping[str, Any]] = ()) -> None:
         self.reservations = [dict(r) for r in reservations]
@@ -273,7 +284,8 @@ class Reservation(Plugin):
             holder_used = self._holder_gpus(r, ctx)
             held += max(int(r["gpus"]) - holder_used, 0)
         if held and ctx.cluster.free_gpus_total - job.gpus < held:
-            return Status(Code.WAIT, f"{held} free GPUs are reserved for others", self.name, Cause.RESERVATION)
+            return Status(Code.WAIT, f"reserved: {held} free GPUs are reserved for others", self.name,
+                          Cause.RESERVATION, "starts when the reservation window ends or its holders use it")
         return Status.ok()
 
     @staticmethod

@@ -106,6 +106,7 @@ def create_app(daemon: Daemon, config: ServeConfig | None = None, scrape_token: 
     _add_error_handlers(app)
     _add_submit(app, daemon)
     _add_job_routes(app, daemon)
+    _add_why_route(app, daemon)
     _add_log_route(app, daemon)
     _add_cluster_routes(app, daemon)
     _add_tenant_routes(app, daemon)
@@ -210,6 +211,24 @@ def _add_job_routes(app: FastAPI, daemon: Daemon) -> None:
     def delete_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """The same as POST /v1/jobs/{job_id}/cancel."""
         return cancel_job(job_id, who)
+
+
+def _add_why_route(app: FastAPI, daemon: Daemon) -> None:
+    """Why a job waits, computed by the daemon from its scheduler's current books."""
+
+    @app.get("/v1/jobs/{job_id}/why", tags=["jobs"])
+    def why_job(job_id: JobId, who: Who) -> dict[str, Any]:
+        """A pending job's blocking `cause` (fit, quota, reservation, locality, gang, order, other), its `reason`
+        now and what would let it start (`hint`). A job that is not waiting gives its state and stored reason,
+        with an empty cause and hint."""
+        with daemon.store.reader() as s:
+            row = _visible_job(s, job_id, who)
+            state, stored = row.state, row.reason
+        status = daemon.why(job_id) if state == "pending" else None
+        if status is None:
+            return {"id": job_id, "state": state, "cause": "", "reason": stored, "hint": ""}
+        return {"id": job_id, "state": state, "cause": str(status.cause), "reason": status.reason,
+                "hint": status.hint}
 
 
 def _add_log_route(app: FastAPI, daemon: Daemon) -> None:

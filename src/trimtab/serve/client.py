@@ -169,6 +169,9 @@ class Client:
     def job(self, job_id: int) -> dict[str, Any]:
         return self._call("GET", f"/v1/jobs/{job_id}").json()
 
+    def why(self, job_id: int) -> dict[str, Any]:
+        return self._call("GET", f"/v1/jobs/{job_id}/why").json()
+
     def cancel(self, job_id: int) -> dict[str, Any]:
         return self._call("POST", f"/v1/jobs/{job_id}/cancel").json()
 

@@ -21,7 +21,7 @@ from sqlalchemy import select, update
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
 from trimtab.model import Job, JobState
 from trimtab.plugins import default_registry
-from trimtab.policy import Cause, Status
+from trimtab.policy import Decision, Reservation, Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import Attempt
@@ -33,9 +33,11 @@ from trimtab.serve.gpus import Inventory
 from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantLimits
+from trimtab.serve.reasons import ReasonBook
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
 from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
+from trimtab.why import explain
 
 log = logging.getLogger("trimtab.serve")
 
@@ -113,7 +115,10 @@ class Daemon:
         self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas,
                                                      "tenant_caps": self.requests.limits.caps})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
+        self.scheduler.framework.explains = True  # every waiting job's reason in words (trimtab jobs, the API)
         self.cluster = self.scheduler.cluster
+        self.reasons = ReasonBook(lambda job: self.scheduler.shape(job))
+        self._reservations: list[Reservation] = []  # those of the latest cycle that ran (for `why`)
         self.devices = DeviceBook(inventory)
         self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
@@ -126,7 +131,6 @@ class Daemon:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sample_s = 0.0
-        self._held: dict[int, str] = {}  # reasons stored for pending jobs held by a quota
         self.started_s = clock()
         self.fatal: str | None = None  # why the loop stopped for good (the executor lost its tasks' world)
         self.on_fatal: Callable[[], None] | None = None  # called from the loop thread once `fatal` is set
@@ -216,8 +220,8 @@ class Daemon:
                     observe(seconds)
             if decision.preemptions or decision.starts:
                 self._apply(decision.preemptions, decision.starts, now)
-            if decision.waiting:
-                self._note_holds(decision.waiting)
+            if self.scheduler.cycles_run != ran:
+                self._note_reasons(decision)
             if now - self._last_sample_s >= self.sample_every_s:
                 self._sample(now)
 
@@ -247,6 +251,7 @@ class Daemon:
         if not nodes:
             return  # not nodes for the scheduler (e.g. without GPUs in a GPU cluster)
         self.scheduler = self.scheduler.with_nodes(nodes, self.registry)
+        self.scheduler.framework.explains = True
         self.cluster = self.scheduler.cluster
         self.devices.add_nodes(nodes, found)
         for node in nodes:
@@ -318,7 +323,6 @@ class Daemon:
                 s.execute(update(JobRow).where(JobRow.id == jid).values(
                     state="pending", preemptions=JobRow.preemptions + 1, reason="preempted"))
             for job, _alloc in starts:
-                self._held.pop(int(job.id), None)
                 row = s.get(JobRow, int(job.id))
                 assert row is not None
                 row.state, row.attempts, row.reason = "running", row.attempts + 1, ""
@@ -340,30 +344,35 @@ class Daemon:
             self.waiting_launch.append(att)
         self._launch_waiting()
 
-    def _note_holds(self, waiting: dict[str, Status]) -> None:
-        """Store why jobs the quotas hold wait (only a changed reason is written). A cycle asks the quotas about the
-        first of the jobs that ask the same of the same tenant and skips the others: they wait for the same reason.
-        Costs a walk over the pending jobs in a cycle that held one (a hold is asked again only after a change)."""
-        held = {_ask(self.scheduler.jobs[jid]): status.reason for jid, status in waiting.items()
-                if status.cause is Cause.QUOTA}
-        if not held:
-            return
-        reasons = {int(job.id): held[_ask(job)] for job in self.scheduler.pending() if _ask(job) in held}
-        changed = {jid: why for jid, why in reasons.items() if self._held.get(jid) != why}
-        if not changed:
-            return
-        with self.store.session() as s:
-            for jid, reason in changed.items():
-                s.execute(update(JobRow).where(JobRow.id == jid, JobRow.state == "pending").values(reason=reason))
-        self._held.update(changed)
+    def _note_reasons(self, decision: Decision) -> None:
+        """Why each pending job waits after a cycle that ran (ReasonBook); the reasons that changed are written to
+        the store, so a queue that waits for the same reasons costs no write per cycle."""
+        pending = self.scheduler.pending()
+        self.reasons.note(decision, pending)
+        self._reservations = decision.reservations
+        changed = self.reasons.unsaved(pending)
+        if changed:
+            with self.store.session() as s:
+                for job_id, text in changed:
+                    s.execute(update(JobRow).where(JobRow.id == int(job_id), JobRow.state == "pending")
+                              .values(reason=text))
+
+    def why(self, job_id: int) -> Status | None:
+        """Why a pending job waits now and what would let it start (`why.explain` over the current books: the
+        latest reason of an admit plugin, else the fit counted now); None when the scheduler does not queue it."""
+        with self.lock:
+            key = str(job_id)
+            job = self.scheduler.jobs.get(key)
+            if job is None or self.scheduler.state.get(key) is not JobState.PENDING:
+                return None
+            return explain(job, self.scheduler.context(self.clock()), self.scheduler.framework.filter,
+                           self.reasons.latest(key), self._reservations)
 
     def _launch_waiting(self) -> None:
         self._failed_launches += self.launcher.launch(self.waiting_launch, self.cluster)
 
     def _sample(self, now_s: float) -> None:
         self._last_sample_s = now_s
-        self._held = {jid: why for jid, why in self._held.items()  # cancelled ones go
-                      if self.scheduler.state.get(str(jid)) is JobState.PENDING}
         with self.store.session() as s:
             s.add(SampleRow(t_s=now_s, gpus_allocated=self.cluster.allocated_gpus,
                             gpus_total=self.cluster.total_gpus, pending=len(self.scheduler.context(now_s).pending),
@@ -406,8 +415,3 @@ class Daemon:
         for tenant in quotas:
             queue(tenant)
         return sorted(queues.values(), key=lambda q: q["tenant"])
-
-
-def _ask(job: Job) -> tuple[object, ...]:
-    """What a job asks of its tenant's quotas: jobs that ask the same get the same answer."""
-    return job.tenant, job.queue, job.tasks, job.task, job.task_limits

@@ -140,7 +140,7 @@ class SimWorld:
         wall_ms = (time.perf_counter() - t0) * 1000.0
         if self.scheduler.cycles_run != ran:
             self.recorder.cycle(wall_ms, len(decision.starts) + len(decision.preemptions))
-            self.recorder.waiting(time_s, decision.waiting)
+            self.recorder.waiting(time_s, decision.waiting, decision.stalled)
             self.recorder.evicted(decision.evictions)
         for victim in decision.preemptions:
             self.stop(victim, Outcome.PREEMPTED)
