@@ -38,7 +38,7 @@ def test_compare_writes_one_json_per_policy_and_a_report(tmp_path):
         run = json.loads((tmp_path / f"{name}.json").read_text())
         assert run["policy"] == name and run["summary"]["jobs_lost"] == 0
     page = (tmp_path / "index.html").read_text()
-    assert page.count("<tr>") == 4 and "data:image/png;base64," in page
+    assert page.count("<tr><td class=\"name\">") == 3 and "data:image/png;base64," in page
     assert (tmp_path / "throughput.png").stat().st_size > 1000
 
 
