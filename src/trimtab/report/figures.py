@@ -15,6 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
 
 from trimtab.report.timeline import NodeUse, Timeline
 
@@ -23,7 +24,7 @@ _MARKS = {"preempted": ("v", "evictions"), "node-failed": ("x", "node failures")
 
 
 def _save(fig: plt.Figure, path: Path) -> Path:
-    fig.savefig(path, dpi=100, bbox_inches="tight")
+    fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
@@ -85,7 +86,10 @@ def small_multiples(runs: Runs, lines: Mapping[str, Timeline], field: str, axis:
     if field == "completions":
         handles += [Line2D([], [], marker=m, linestyle="none", color="#444", label=what) for m, what in _MARKS.values()]
     fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8, frameon=False)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.3 / (0.7 + 2.0 * nrows)))
+    # fixed margins in inches: tight_layout measures every tick label of every panel, several seconds a figure
+    height_in = 0.7 + 2.0 * nrows
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.55 / height_in, bottom=0.5 / height_in, hspace=0.5,
+                        wspace=0.12)
     return _save(fig, path)
 
 
@@ -109,7 +113,14 @@ def node_heatmaps(nodes: Mapping[str, Sequence[NodeUse]], lines: Mapping[str, Ti
         image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", origin="lower",
                           extent=(edges[0], edges[-1], 0, max(len(used), 1)), vmin=0, vmax=top)
         ax.set_ylabel(f"{name}\nnodes", fontsize=8)
+        ax.tick_params(labelbottom=True, labelsize=8)
+        if len(used) <= 12:  # few nodes: name each row
+            ax.set_yticks(np.arange(len(used)) + 0.5, [u.node for u in used], fontsize=7)
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
     axes[-1, 0].set_xlabel(axis.label)
+    height_in = 1.2 + 1.6 * len(nodes)
+    fig.subplots_adjust(hspace=0.4, left=0.12, right=0.86, top=1 - 0.3 / height_in, bottom=0.6 / height_in)
     if image is not None:
         fig.colorbar(image, ax=axes[:, 0].tolist(), label="GPUs allocated (mean per window)", shrink=0.8)
     return _save(fig, path)
@@ -159,6 +170,7 @@ def tenant_shares(runs: Runs, path: Path) -> Path | None:
         left += values
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of GPU-time")
+    ax.set_ylabel("policy")
     ax.legend(fontsize=7, ncols=min(len(tenants), 8), loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 *
                                                                                           (len(tenants) > 8)))
     fig.tight_layout()
