@@ -125,7 +125,8 @@ function niceStep(span, ticks, steps) { return steps.find(s => span / s <= ticks
 function chart(st, now) {
   const svg = $("chart"), W = Math.max(svg.clientWidth, 300), H = svg.clientHeight || 200;
   const L = 44, R = 48, T = 10, B = 26, w = W - L - R, h = H - T - B;
-  const t0 = Math.max(st.since_s, Math.min(now - 600, ...st.samples.map(s => s.t_s),
+  // from the first data point (10 s at least) to now: a young server's data spans the chart's width
+  const t0 = Math.max(st.since_s, Math.min(now - 10, ...st.samples.map(s => s.t_s),
     ...st.completions.map(c => c.t_s))), span = now - t0;
   const x = t => L + (t - t0) / span * w;
   const maxc = Math.max(1, ...st.completions.map(c => c.count));
@@ -139,9 +140,11 @@ function chart(st, now) {
   for (let u = 0; u <= 1.0001; u += 0.25) {
     parts.push('<text x="' + (L + w + 6) + '" y="' + (yu(u) + 4) + '">' + Math.round(u * 100) + "%</text>");
   }
-  const tstep = niceStep(span, 7, [60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]);
+  const tstep = niceStep(span, 7, [5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600]);
+  const format = tstep < 60 ? {hour: "2-digit", minute: "2-digit", second: "2-digit"} :
+    {hour: "2-digit", minute: "2-digit"};
   for (let t = Math.ceil(t0 / tstep) * tstep; t <= now; t += tstep) {
-    const hm = new Date(t * 1000).toLocaleTimeString([], {hour: "2-digit", minute: "2-digit"});
+    const hm = new Date(t * 1000).toLocaleTimeString([], format);
     parts.push('<line class="axis" x1="' + x(t) + '" x2="' + x(t) + '" y1="' + (T + h) + '" y2="' + (T + h + 4) +
       '"/><text class="tick" x="' + x(t) + '" y="' + (T + h + 16) + '" text-anchor="middle">' + hm + "</text>");
   }
@@ -151,8 +154,12 @@ function chart(st, now) {
       '" width="' + bw.toFixed(1) + '" height="' + (T + h - yc(c.count)).toFixed(1) + '"><title>' + c.count +
       " completed</title></rect>");
   }
-  const pts = st.samples.filter(p => p.gpus_total > 0 && p.t_s >= t0)
-    .map(p => x(p.t_s).toFixed(1) + "," + yu(p.gpus_allocated / p.gpus_total).toFixed(1));
+  const pts = [];  // a sample holds until the next one: steps, not slopes
+  for (const p of st.samples.filter(p => p.gpus_total > 0 && p.t_s >= t0)) {
+    const px = x(p.t_s).toFixed(1), py = yu(p.gpus_allocated / p.gpus_total).toFixed(1);
+    if (pts.length) { pts.push(px + "," + pts[pts.length - 1].split(",")[1]); }
+    pts.push(px + "," + py);
+  }
   if (pts.length) { parts.push('<polyline class="line" points="' + pts.join(" ") + '"/>'); }
   parts.push('<line class="axis" x1="' + L + '" x2="' + L + '" y1="' + T + '" y2="' + (T + h) + '"/>' +
     '<line class="axis" x1="' + (L + w) + '" x2="' + (L + w) + '" y1="' + T + '" y2="' + (T + h) + '"/>' +
