@@ -171,3 +171,29 @@ def test_the_report_of_nine_policies_renders_in_chromium(nine: Report, tmp_path:
     assert shown and set(shown) == {"las"}
     assert evictions == sorted(evictions, reverse=True), "sorted by evictions, most first"
     assert opened
+
+
+@pytest.mark.slow
+def test_a_philly_slice_or_else_the_whole_demo_renders_in_chromium(tmp_path: Path) -> None:
+    """The first 3,000 jobs of the Philly-derived list on 7r8x8 with failures, when the traces are present (else
+    the demo's 3,000 jobs on 2r8x8): nine policies, one page, no console error; a screenshot for the eye."""
+    from builders import TRACES
+    from trimtab.formats.cluster import load_cluster
+    from trimtab.formats.traces import load_trace
+
+    philly = TRACES / "pollux-adaptdl" / "simulator" / "traces" / "philly.csv"
+    if philly.exists():
+        name, cluster, config = "philly", load_cluster("7r8x8"), SimConfig(
+            seed=1, timing=False, faults="node-mtbf=7d,node-mttr=2h,job-fail=0.02,seed=1")
+        jobs = sorted(load_trace(str(philly)), key=lambda j: j.submit_s)[:3000]
+    else:
+        name, cluster, config = "demo", load_cluster("2r8x8"), SimConfig(seed=1, timing=False)
+        jobs = synthetic(jobs=3000, seed=1, load=0.9, cluster_gpus=128)
+    runs = compare(cluster, jobs, POLICIES, config, workers=2)
+    index = write_report({p: [run] for p, run in runs.items()}, tmp_path / "report", subtitle=f"{name} slice")
+    with browsing(tmp_path) as view:
+        view.page.goto(index.as_uri())
+        view.page.wait_for_load_state("load")
+        view.screenshot(f"report-{name}")
+        items = view.page.locator("#verdict li").count()
+    assert view.errors == [] and items == 8

@@ -82,7 +82,8 @@ def small_multiples(runs: Runs, lines: Mapping[str, Timeline], field: str, axis:
         ax.set_ylabel(PANELS[field].format(w=window), fontsize=8)
     for ax in axes[-1, :]:
         ax.set_xlabel(axis.label, fontsize=8)
-    handles = [Line2D([], [], color=colours(0), label="this policy"), Line2D([], [], color="#bbb", label="others")]
+    handles = [Line2D([], [], color="#333", label="the panel's policy (in colour)"),
+               Line2D([], [], color="#bbb", label="the other policies")]
     if field == "completions":
         handles += [Line2D([], [], marker=m, linestyle="none", color="#444", label=what) for m, what in _MARKS.values()]
     fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8, frameon=False)
