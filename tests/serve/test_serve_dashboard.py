@@ -7,6 +7,8 @@ too, from the server's own assets."""
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import re
 import time
 from collections.abc import Iterator
@@ -18,7 +20,7 @@ import pytest
 from serve_helpers import Server
 
 from chromium import browsing
-from trimtab.serve.dashboard import asset_text
+from trimtab.serve.dashboard import DASHBOARD_HTML
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +53,42 @@ def busy_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Serv
 
 
 def test_the_page_is_self_contained() -> None:
-    page = asset_text("dashboard.html")
-    for name in ("dashboard.html", "dashboard.js", "dashboard.css"):
-        assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", asset_text(name)), name
-    assert "@import" not in asset_text("dashboard.css")
-    assert re.findall(r'<script[^>]*>', page) == ['<script src="/dashboard.js">'], "no inline script"
-    assert not re.search(r"\son[a-z]+\s*=", page + asset_text("dashboard.js")), "no inline event handler"
-    assert "style=" not in page + asset_text("dashboard.js"), "no style attribute (a strict CSP refuses them)"
+    """One inline style and one inline script (a CSP allows them by hash), nothing loaded from elsewhere, no inline
+    handler or style attribute (a strict CSP refuses them)."""
+    page = DASHBOARD_HTML
+    assert len(re.findall(r"<script", page)) == len(re.findall(r"<script>", page)) == 1
+    assert len(re.findall(r"<style", page)) == len(re.findall(r"<style>", page)) == 1
+    assert not re.search(r"""(src|href|url)\s*[=(]\s*["']?(https?:)?//""", page)
+    assert "<link rel=\"stylesheet\"" not in page and "@import" not in page
+    assert not re.search(r"\son[a-z]+\s*=", page), "no inline event handler"
+    assert "style=" not in page, "no style attribute"
+
+
+def strict_csp(page: Any, server: Server) -> None:
+    """Serve / to `page` under a Content-Security-Policy stricter than the server's: its one script and one style
+    by hash, nothing inline besides, requests to the server only. A violation is a console error."""
+    def digest(text: str) -> str:
+        return base64.b64encode(hashlib.sha256(text.encode()).digest()).decode()
+
+    [script] = re.findall(r"<script>(.*?)</script>", DASHBOARD_HTML, re.S)
+    [style] = re.findall(r"<style>(.*?)</style>", DASHBOARD_HTML, re.S)
+    csp = (f"default-src 'self'; script-src 'sha256-{digest(script)}'; style-src 'sha256-{digest(style)}'; "
+           "img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'")
+
+    def enforce(route: Any) -> None:
+        answer = route.fetch()
+        route.fulfill(response=answer, headers={**answer.headers, "content-security-policy": csp})
+
+    page.route(f"{server.url}/", enforce)
+
+
+def wait_until(page: Any, expression: str, timeout_s: float = 20.0) -> None:
+    """Poll `expression` in the page until true (wait_for_function would evaluate a string, which the CSP
+    refuses)."""
+    deadline = time.monotonic() + timeout_s
+    while not page.evaluate(expression):
+        assert time.monotonic() < deadline, f"still false after {timeout_s} s: {expression}"
+        time.sleep(0.1)
 
 
 def _gpu_tiles(page: Any) -> list[dict[str, Any]]:
@@ -72,10 +103,10 @@ def test_the_overview_lists_pending_jobs_with_reasons_the_gpu_map_and_a_chart_wi
         reason = client.get(f"/v1/jobs/{ids['waiting']}").json()["reason"]
     with browsing(tmp_path) as view:
         page = view.page
+        strict_csp(page, server)
         page.goto(f"{server.url}/#token={server.admin_token}")
         page.wait_for_selector("#pending tbody tr")
-        page.wait_for_function("(document.querySelector('#chart polyline')?.points.length || 0) >= 2",
-                               timeout=20_000)  # two utilisation samples, 10 s apart
+        wait_until(page, "(document.querySelector('#chart polyline')?.points.length || 0) >= 2")  # 2 samples
         line_x = page.evaluate("(() => { const p = document.querySelector('#chart polyline').points, "
                                "a = document.querySelectorAll('#chart line.axis'); "
                                "return [p[0].x, p[p.length - 1].x, Number(a[a.length - 1].getAttribute('x1')), "
@@ -83,6 +114,7 @@ def test_the_overview_lists_pending_jobs_with_reasons_the_gpu_map_and_a_chart_wi
         pending = page.evaluate("Array.from(document.querySelectorAll('#pending tbody tr'))"
                                 ".map(r => Array.from(r.cells).map(c => c.innerText))")
         tiles = _gpu_tiles(page)
+        coloured = page.evaluate("Array.from(document.querySelectorAll('.gpu.busy')).every(t => t.style.background)")
         ticks = page.locator("#chart text.tick").all_text_contents()
         values = page.locator("#chart text").all_text_contents()
         summary = page.inner_text("#summary")
@@ -97,6 +129,7 @@ def test_the_overview_lists_pending_jobs_with_reasons_the_gpu_map_and_a_chart_wi
     shared = [t for t in tiles if f"job {ids['share-a']}" in t["text"]]
     assert len(shared) == 1 and f"job {ids['share-b']}" in shared[0]["text"] and "50%" in shared[0]["text"]
     assert all(t["fits"] for t in tiles), tiles
+    assert coloured, "tiles coloured through the CSSOM, which the CSP allows"
     assert len(ticks) >= 2 and all(re.fullmatch(r"\d\d:\d\d(:\d\d)?( [AP]M)?", t) for t in ticks), ticks
     assert "0%" in values and "100%" in values, "the allocation axis"
     first_x, last_x, left_x, right_x = line_x
@@ -113,22 +146,26 @@ def test_a_job_opens_on_its_own_page_with_runs_log_and_cancel(busy_server: tuple
     running, doomed = ids["dash-job"], ids["to-cancel"]
     with browsing(tmp_path) as view:
         page = view.page
+        strict_csp(page, server)
         page.goto(f"{server.url}/#token={server.admin_token}")
         page.click(f"#running a[href='#job={running}']")
         page.wait_for_selector("#jobview:not([hidden])")
-        page.wait_for_function("document.getElementById('joblog').textContent.includes('hello-from-dash')")
+        wait_until(page, "document.getElementById('joblog').textContent.includes('hello-from-dash')")
         title = page.inner_text("#jobtitle")
         runs = page.locator("#jobruns tbody tr").count()
         cancel_shown = page.is_visible("#cancel")
         view.screenshot("dashboard-job")
         page.fill("#jobid", str(doomed))
         page.click("#openjob button")
-        page.wait_for_function(f"document.getElementById('jobtitle').textContent.startsWith('Job {doomed}:')")
+        wait_until(page, f"document.getElementById('jobtitle').textContent.startsWith('Job {doomed}:')")
         page.once("dialog", lambda dialog: dialog.accept())
         page.click("#cancel")
-        page.wait_for_function("document.getElementById('jobtitle').textContent.includes('(cancelled)')")
+        wait_until(page, "document.getElementById('jobtitle').textContent.includes('(cancelled)')")
         cancel_after = page.is_visible("#cancel")
-    assert view.errors == []
+        page.fill("#jobid", "999999")
+        page.click("#openjob button")
+        wait_until(page, "document.getElementById('jobtitle').textContent.includes('not found')")
+    assert [e for e in view.errors if "404" not in e] == [], "nothing but the unknown job's own answer"
     assert title == f"Job {running}: dash-job (running)" and runs == 1 and cancel_shown
     assert not cancel_after, "no cancel button once the job is over"
     with server.client() as client:
@@ -147,7 +184,7 @@ def test_without_a_token_or_with_a_wrong_one_it_says_how_to_give_one(busy_server
         view.screenshot("dashboard-no-token")
         page.fill("#token", "not-a-token")
         page.click("#tokenform button")
-        page.wait_for_function("document.getElementById('loginhead').textContent.includes('refused')")
+        wait_until(page, "document.getElementById('loginhead').textContent.includes('refused')")
         refused = page.inner_text("#summary")
         main_hidden = page.evaluate("document.getElementById('main').hidden")
     assert missing[:2] == ("A token is needed", "no token")

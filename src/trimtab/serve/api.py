@@ -25,7 +25,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from trimtab.serve.daemon import Daemon
-from trimtab.serve.dashboard import dashboard_router
+from trimtab.serve.dashboard import DASHBOARD_HTML
 from trimtab.serve.errors import ServeError
 from trimtab.serve.metrics import ServeMetrics
 from trimtab.serve.requests import Principal
@@ -334,7 +334,9 @@ def _add_service_routes(app: FastAPI, daemon: Daemon, metrics: ServeMetrics) -> 
     def healthz() -> dict[str, Any]:
         return {"ok": True, "policy": daemon.profile.name, "executor": daemon.executor.name}
 
-    app.include_router(dashboard_router())
+    @app.get("/", response_class=HTMLResponse, include_in_schema=False)
+    def dashboard() -> HTMLResponse:
+        return HTMLResponse(DASHBOARD_HTML)
 
 
 def _visible_job(s: Any, job_id: int, who: Principal) -> JobRow:

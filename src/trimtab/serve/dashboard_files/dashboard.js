@@ -35,6 +35,9 @@ function gpus(j) { return j.gpu_milli ? j.tasks * j.gpu_milli / 1000 : j.gpus; }
 function jobLink(id) { return '<a href="#job=' + id + '">' + id + "</a>"; }
 
 class Refused extends Error {}
+class HttpError extends Error {
+  constructor(message, status) { super(message); this.status = status; }
+}
 
 async function api(path, options = {}) {
   const r = await fetch(path, {...options, headers: {"Authorization": "Bearer " + state.token}});
@@ -42,7 +45,7 @@ async function api(path, options = {}) {
   if (!r.ok) {
     let detail = "";
     try { detail = (await r.json()).detail; } catch (e) { detail = ""; }
-    throw new Error(path + ": HTTP " + r.status + (detail ? " - " + JSON.stringify(detail) : ""));
+    throw new HttpError(path + ": HTTP " + r.status + (detail ? " - " + JSON.stringify(detail) : ""), r.status);
   }
   return r;
 }
@@ -183,8 +186,20 @@ function jobFields(j) {
     "<tr><th>" + text(k) + "</th><td>" + text(v) + "</td></tr>").join("");
 }
 
+function noSuchJob(id) {
+  show("jobview");
+  $("jobtitle").textContent = "Job " + id + ": not found (or not visible with this token)";
+  for (const part of ["jobfields", "jobruns"]) { $(part).querySelector("tbody").innerHTML = ""; }
+  $("cancel").hidden = true;
+  $("joblog").textContent = "";
+}
+
 async function jobPage(id) {
-  const j = await get("/v1/jobs/" + id);
+  let j;
+  try { j = await get("/v1/jobs/" + id); } catch (e) {
+    if (e instanceof HttpError && e.status === 404) { noSuchJob(id); return; }
+    throw e;
+  }
   show("jobview");
   $("summary").textContent = "job " + j.id;
   $("jobtitle").textContent = "Job " + j.id + ": " + j.name + " (" + j.state + ")";
