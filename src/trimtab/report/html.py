@@ -97,7 +97,7 @@ def write_report(runs: Mapping[str, Sequence[Run]], out_dir: str | Path, title: 
         _verdict_html(findings, baseline, seeds),
         _summary_html(runs),
         f"<p class=\"meta\">{html.escape(windows_note)}</p>",
-        "".join(_figure(caption, path) for caption, path in made if path is not None),
+        "<h2>Figures</h2>" + "".join(_figure(caption, path) for caption, path in made if path is not None),
         _nodes_html(used, baseline, heat),
     ])
     page = (f"<!doctype html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
@@ -118,7 +118,7 @@ _TIME_FIGURES = {
 
 def _figure(caption: str, path: Path) -> str:
     data = base64.b64encode(path.read_bytes()).decode()
-    return (f"<h2>{html.escape(caption)}</h2>"
+    return (f"<h3>{html.escape(caption)}</h3>"
             f"<img alt=\"{html.escape(caption)}\" src=\"data:image/png;base64,{data}\">")
 
 
