@@ -38,8 +38,8 @@ def test_compare_writes_one_json_per_policy_and_a_report(tmp_path):
         run = json.loads((tmp_path / f"{name}.json").read_text())
         assert run["policy"] == name and run["summary"]["jobs_lost"] == 0
     page = (tmp_path / "index.html").read_text()
-    assert page.count("<tr>") == 4 and "data:image/png;base64," in page
-    assert (tmp_path / "throughput.png").stat().st_size > 1000
+    assert page.count("<tr><td class=\"name\">") == 3 and "data:image/png;base64," in page
+    assert (tmp_path / "completions.png").stat().st_size > 1000
 
 
 def test_same_seed_gives_byte_identical_json_across_processes(tmp_path):

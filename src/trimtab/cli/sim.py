@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sys
 import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -103,9 +104,11 @@ def _warn(warnings: list[str]) -> None:
         errors.print(f"[yellow]warning:[/yellow] {escape(warning)}", highlight=False, soft_wrap=True)
 
 
-def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
-    from trimtab.report import COLUMNS, best_per_column
+def _summary_table(groups: dict[str, list[dict[str, Any]]]) -> Table:
+    """The summary of each policy (the mean over its seeds), best value per column marked."""
+    from trimtab.report.table import COLUMNS, best_per_column, mean_summary
 
+    summaries = {name: mean_summary(seeds) for name, seeds in groups.items()}
     best = best_per_column(summaries)
     table = Table(show_lines=False, header_style="bold")
     table.add_column("policy")
@@ -116,6 +119,16 @@ def _summary_table(summaries: dict[str, dict[str, Any]]) -> Table:
                  else col.format(s.get(col.key)) for col in COLUMNS]
         table.add_row(name, *cells)
     return table
+
+
+def _print_verdict(groups: dict[str, list[dict[str, Any]]], baseline: str | None) -> None:
+    """The report's verdict as lines under the table."""
+    from trimtab.report.verdict import default_baseline, finding_text, verdict
+
+    baseline = baseline or default_baseline(list(groups))
+    console.print(f"[bold]verdict[/bold] against {escape(baseline)} (--baseline POLICY to change):")
+    for finding in verdict(groups, baseline):
+        console.print(f"  {escape(finding_text(finding, baseline))}", highlight=False, soft_wrap=True)
 
 
 @commands.command("simulate")
@@ -164,58 +177,102 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
         console.print(f"run written to {out}")
 
 
+BaselineOpt = Annotated[str | None, typer.Option(
+    "--baseline", help="The policy the report's verdict measures against (default: fifo if it ran, else the first).")]
+ReportWindowOpt = Annotated[float | None, typer.Option(
+    "--window-s", help="Width of the windows over time, seconds (default: sized to the run, at most 48 windows).")]
+
+
 @commands.command("compare")
 def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 policies: Annotated[str, typer.Option(help="Comma-separated names or YAML paths.")] = DEMO_POLICIES,
                 out_dir: Annotated[Path | None, typer.Option(help="Write <policy>.json and index.html here.")] = None,
-                seed: SeedOpt = 0, checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
-                window_s: WindowOpt = 3600.0, timing: TimingOpt = True,
+                seed: SeedOpt = 0,
+                seeds: Annotated[str, typer.Option(help="Several seeds, comma-separated (e.g. 1,2,3): each policy "
+                                                        "runs once per seed; tables and verdict give the mean and "
+                                                        "the range.")] = "",
+                checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
+                window_s: Annotated[float | None, typer.Option(
+                    "--window-s", help="Width of the metric windows (throughput CV; default 3600) and of the "
+                    "report's windows (default: sized to the run), seconds.")] = None,
+                timing: TimingOpt = True,
                 workers: Annotated[int | None, typer.Option(help="Parallel runs (default: local cores).")] = None,
                 faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0, burst: BurstOpt = None,
-                manifests: ManifestsOpt = None,
+                manifests: ManifestsOpt = None, baseline: BaselineOpt = None,
                 ray: Annotated[str | None, typer.Option("--ray", help="Run the simulations as tasks on the Ray "
                                                                       "cluster at this address.")] = None) -> None:
-    """Run several policies on the same cluster and workload; print one table, best value per column marked."""
+    """Run several policies on the same cluster and workload; print one table (best value per column marked) and
+    the verdict against a baseline; with --out-dir, write the runs and the HTML report."""
     from trimtab.sim.run import SimConfig
 
     try:
-        config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
-                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
+        seed_list = [int(x) for x in seeds.split(",") if x.strip()] or [seed]
+    except ValueError:
+        fail(f"--seeds {seeds}: give whole numbers separated by commas, e.g. 1,2,3")
+    try:
+        windows = {} if window_s is None else {"window_s": window_s}
+        config = SimConfig(seed=seed_list[0], checkpoint_s=checkpoint_s, restart_s=restart_s, timing=timing,
+                           faults=faults, speed=speed, load=load, bursts=tuple(burst or ()), **windows)
     except (ValueError, OSError) as exc:
         fail(str(exc))
     _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir, config, workers,
-             manifests, ray)
+             manifests, ray, Comparison(seed_list, baseline, window_s))
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """How `_compare` repeats and reports: the seeds each policy runs with, the verdict's baseline (None: the
+    default), the report's window (None: sized to the run)."""
+
+    seeds: list[int]
+    baseline: str | None = None
+    window_s: float | None = None
 
 
 def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | None, config: SimConfig,
-             workers: int | None, manifests: Path | None = None,
-             ray_address: str | None = None) -> dict[str, dict[str, Any]]:
+             workers: int | None, manifests: Path | None = None, ray_address: str | None = None,
+             how: Comparison | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Run every policy once per seed; returns the runs by policy (one per seed, in seed order)."""
     from trimtab.report import write_report
     from trimtab.sim.compare import compare
 
-    try:
-        nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, config.seed)
-        profiles = [load_profile(p, read) for p in policies]
-        cluster, workload = cluster or str(manifests), workload or str(manifests)
-    except (ValueError, OSError) as exc:
-        fail(str(exc))
+    how = how or Comparison([config.seed])
+    groups: dict[str, list[dict[str, Any]]] = {}
     t0 = time.perf_counter()
-    with console.status(f"simulating {len(profiles)} policies on {len(jobs)} jobs..."):
+    for seed in how.seeds:
         try:
-            runs = compare(nodes, jobs, profiles, config, workers=workers, ray_address=ray_address)
-        except ValueError as exc:
+            nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, seed)
+            profiles = [load_profile(p, read) for p in policies]
+            names = [p.name for p in profiles]
+            if how.baseline is not None and how.baseline not in names:
+                raise ValueError(f"--baseline {how.baseline}: not one of the policies ({', '.join(names)})")
+        except (ValueError, OSError) as exc:
             fail(str(exc))
+        with console.status(f"simulating {len(profiles)} policies on {len(jobs)} jobs (seed {seed})..."):
+            try:
+                runs = compare(nodes, jobs, profiles, replace(config, seed=seed), workers=workers,
+                               ray_address=ray_address)
+            except ValueError as exc:
+                fail(str(exc))
+        for name, run in runs.items():
+            groups.setdefault(name, []).append(run)
     wall = time.perf_counter() - t0
-    title = f"{len(jobs)} jobs of {workload} on {cluster} ({sum(n.capacity.gpus for n in nodes)} GPUs)"
-    table = _summary_table({name: run["summary"] for name, run in runs.items()})
+    cluster, workload = cluster or str(manifests), workload or str(manifests)
+    seeds_note = f", {len(how.seeds)} seeds" if len(how.seeds) > 1 else ""
+    title = f"{len(jobs)} jobs of {workload} on {cluster} ({sum(n.capacity.gpus for n in nodes)} GPUs){seeds_note}"
+    table = _summary_table({name: [r["summary"] for r in seeds] for name, seeds in groups.items()})
     table.title = f"{title}: {wall:.1f} s"
     console.print(table)
+    _print_verdict({name: [r["summary"] for r in seeds] for name, seeds in groups.items()}, how.baseline)
     if out_dir:
-        for name, run in runs.items():
-            write_json({"cluster": cluster, "workload": workload, **run}, out_dir / f"{name}.json")
-        index = write_report(runs, out_dir, title="trimtab: policy comparison", subtitle=title)
+        for name, seeds in groups.items():
+            for seed, run in zip(how.seeds, seeds, strict=True):
+                stem = name if len(how.seeds) == 1 else f"{name}.seed{seed}"
+                write_json({"cluster": cluster, "workload": workload, **run}, out_dir / f"{stem}.json")
+        index = write_report(groups, out_dir, title="trimtab: policy comparison", subtitle=title,
+                             baseline=how.baseline, window_s=how.window_s)
         console.print(f"runs and report written to {out_dir} ({index})")
-    return runs
+    return groups
 
 
 @commands.command("demo")
@@ -228,27 +285,42 @@ def demo_cmd(out_dir: Annotated[Path, typer.Option(help="Where the report goes."
 
 
 @commands.command("report")
-def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files written by simulate --out or compare.")],
+def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files written by simulate --out or compare; "
+                                                                "runs of one policy with different seeds are "
+                                                                "taken together.")],
                out: Annotated[Path, typer.Option("--out", "-o", help="Directory of the report.")] = Path("report"),
-               ) -> None:
-    """Write the HTML report (and its PNG figures) for one or more run files."""
+               baseline: BaselineOpt = None, window_s: ReportWindowOpt = None) -> None:
+    """Write the HTML report (and its PNG figures) for one or more run files: the verdict against a baseline, the
+    summary table, small multiples over time, node table and heat map."""
     from trimtab.report import write_report
 
-    loaded: dict[str, dict[str, Any]] = {}
+    groups: dict[str, list[dict[str, Any]]] = {}
     for path in runs:
-        try:
-            run = json.loads(path.read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            fail(f"{path}: cannot read a run file: {exc}")
-        if not isinstance(run, dict) or not {"summary", "series", "jobs"} <= set(run):
-            fail(f"{path}: not a run file (needs summary, series and jobs)")
+        run = _read_run(path)
         name = str(run.get("policy") or path.stem)
-        while name in loaded:
+        seed = run.get("config", {}).get("seed")
+        while name in groups and (seed is None or seed in [r.get("config", {}).get("seed") for r in groups[name]]):
             name += "'"
-        loaded[name] = run
-    console.print(_summary_table({name: run["summary"] for name, run in loaded.items()}))
-    index = write_report(loaded, out, title="trimtab report", subtitle=", ".join(str(p) for p in runs))
+        groups.setdefault(name, []).append(run)
+    summaries = {name: [r["summary"] for r in seeds] for name, seeds in groups.items()}
+    try:
+        index = write_report(groups, out, title="trimtab report", subtitle=", ".join(str(p) for p in runs),
+                             baseline=baseline, window_s=window_s)
+    except ValueError as exc:
+        fail(str(exc))
+    console.print(_summary_table(summaries))
+    _print_verdict(summaries, baseline)
     console.print(f"report written to {index}")
+
+
+def _read_run(path: Path) -> dict[str, Any]:
+    try:
+        run = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        fail(f"{path}: cannot read a run file: {exc}")
+    if not isinstance(run, dict) or not {"summary", "series", "jobs"} <= set(run):
+        fail(f"{path}: not a run file (needs summary, series and jobs)")
+    return run
 
 
 @commands.command("tune")

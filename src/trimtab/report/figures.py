@@ -1,9 +1,11 @@
-"""Matplotlib figures of simulated runs, each computed from the run files alone: throughput over time, allocation,
-per-node heat maps, JCT and wait CDFs, tenant shares. Each function writes one PNG and returns its path."""
+"""Matplotlib figures of simulated runs, each computed from the run files alone: small multiples over time (one
+panel per policy, the same axes), per-node heat maps, JCT and wait CDFs, tenant shares. Each function writes one
+PNG and returns its path; every axis names its quantity and unit."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,120 +14,138 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.lines import Line2D
+from matplotlib.ticker import MaxNLocator
+
+from trimtab.report.timeline import NodeUse, Timeline
 
 Runs = Mapping[str, Mapping[str, Any]]
 _MARKS = {"preempted": ("v", "evictions"), "node-failed": ("x", "node failures"), "failed": ("x", "job failures")}
 
 
-def _hours(run: Mapping[str, Any]) -> np.ndarray:
-    s = run["series"]
-    return np.arange(len(s["completions"])) * s["window_s"] / 3600.0
-
-
 def _save(fig: plt.Figure, path: Path) -> Path:
-    fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
 
 
-def throughput_over_time(runs: Runs, path: Path) -> Path:
-    """Completions and goodput per window for every policy, the queue length beneath, and the evictions and
-    failures of each run as marks on the time axis: where fluctuation shows."""
-    fig, (top, mid, marks, bottom) = plt.subplots(
-        4, 1, figsize=(11, 8.5), sharex=True, height_ratios=(2, 2, 0.25 * max(len(runs), 1) + 0.3, 1.2))
-    window_h = next(iter(runs.values()))["series"]["window_s"] / 3600.0
-    for i, (name, run) in enumerate(runs.items()):
-        s, hours = run["series"], _hours(run)
-        line = top.step(hours, s["completions"], where="post", label=name, linewidth=1.1)[0]
-        mid.step(hours, np.array(s["goodput_gpu_s"]) / 3600.0, where="post", linewidth=1.1, color=line.get_color())
-        bottom.step(hours, s["queue_len"], where="post", linewidth=1.0, color=line.get_color())
-        t0 = s.get("start_s", 0.0)
-        for outcome, (marker, _) in _MARKS.items():
-            times = [(r["end"] - t0) / 3600.0 for j in run["jobs"] for r in j["runs"] if r["outcome"] == outcome]
-            if times:
-                marks.plot(times, np.full(len(times), i), marker, color=line.get_color(), markersize=4,
-                           alpha=0.6, linestyle="none")
-    top.set_ylabel(f"completions / {window_h:g} h")
-    top.legend(loc="upper right", fontsize=8, ncols=min(len(runs), 4))
-    mid.set_ylabel(f"goodput GPU-h / {window_h:g} h")
-    marks.set_yticks(range(len(runs)), list(runs), fontsize=7)
-    marks.set_ylim(-0.5, len(runs) - 0.5)
-    marks.set_ylabel("v evict\nx fail", fontsize=7)
-    bottom.set_ylabel("queue length")
-    bottom.set_xlabel("hours since first submission")
-    for ax in (top, mid, marks, bottom):
+@dataclass(frozen=True, slots=True)
+class Axis:
+    """The time axis every panel of a report shares: its unit (minutes on short runs, hours on long ones)."""
+
+    span_s: float
+
+    @property
+    def unit_s(self) -> float:
+        return 60.0 if self.span_s <= 3 * 3600 else 3600.0
+
+    @property
+    def label(self) -> str:
+        return f"time since first submission ({'min' if self.unit_s == 60 else 'h'})"
+
+    def of(self, edges: np.ndarray) -> np.ndarray:
+        return (edges - edges[0]) / self.unit_s
+
+
+# Timeline field | y-axis label ("{w}": the window)
+PANELS = {
+    "completions": "jobs completed / {w}",
+    "goodput_gpu_h": "goodput GPU-h / {w}",
+    "gpus_allocated": "GPUs allocated (mean)",
+    "queue_len": "jobs waiting (mean)",
+}
+
+
+def small_multiples(runs: Runs, lines: Mapping[str, Timeline], field: str, axis: Axis, window: str,
+                    path: Path) -> Path:
+    """One panel per policy with the same axes: the policy's `field` per window in colour, the other policies in
+    grey behind it; on the completions panels, evictions and failures as marks along the bottom."""
+    n = len(lines)
+    ncols = min(3, n)
+    nrows = -(-n // ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(11, 0.7 + 2.0 * nrows), sharex=True, sharey=True,
+                             squeeze=False)
+    colours = plt.get_cmap("tab10")
+    for k, (ax, (name, line)) in enumerate(zip(axes.flat, lines.items(), strict=False)):
+        for other, back in lines.items():
+            if other != name:
+                ax.step(axis.of(back.edges[:-1]), getattr(back, field), where="post", color="#bbb", linewidth=0.7)
+        ax.step(axis.of(line.edges[:-1]), getattr(line, field), where="post", color=colours(k % 10), linewidth=1.4)
+        if field == "completions":
+            _marks(ax, runs[name], line.edges[0], axis)
+        ax.set_title(name, fontsize=9, loc="left")
         ax.grid(alpha=0.3)
+        ax.tick_params(labelsize=8, labelbottom=True, labelleft=True)
+    for ax in axes.flat[n:]:
+        ax.set_visible(False)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(PANELS[field].format(w=window), fontsize=8)
+    for ax in axes[-1, :]:
+        ax.set_xlabel(axis.label, fontsize=8)
+    handles = [Line2D([], [], color="#333", label="the panel's policy (in colour)"),
+               Line2D([], [], color="#bbb", label="the other policies")]
+    if field == "completions":
+        handles += [Line2D([], [], marker=m, linestyle="none", color="#444", label=what) for m, what in _MARKS.values()]
+    fig.legend(handles=handles, loc="upper right", ncols=len(handles), fontsize=8, frameon=False)
+    # fixed margins in inches: tight_layout measures every tick label of every panel, several seconds a figure
+    height_in = 0.7 + 2.0 * nrows
+    fig.subplots_adjust(left=0.07, right=0.99, top=1 - 0.55 / height_in, bottom=0.5 / height_in, hspace=0.5,
+                        wspace=0.12)
     return _save(fig, path)
 
 
-def allocation_over_time(runs: Runs, path: Path) -> Path:
-    """GPU allocation ratio per window for every policy."""
-    fig, ax = plt.subplots(figsize=(11, 3.2))
-    for name, run in runs.items():
-        ax.step(_hours(run), run["series"]["gpu_alloc"], where="post", label=name, linewidth=1.1)
-    ax.set_ylim(0, 1.02)
-    ax.set_ylabel("GPUs allocated")
-    ax.set_xlabel("hours since first submission")
-    ax.legend(loc="lower right", fontsize=8, ncols=min(len(runs), 4))
-    ax.grid(alpha=0.3)
-    return _save(fig, path)
+def _marks(ax: plt.Axes, run: Mapping[str, Any], t0: float, axis: Axis) -> None:
+    for outcome, (marker, _) in _MARKS.items():
+        times = [(r["end"] - t0) / axis.unit_s for j in run["jobs"] for r in j["runs"] if r["outcome"] == outcome]
+        if times:
+            ax.plot(times, np.zeros(len(times)), marker, color="#444", markersize=4, alpha=0.5, linestyle="none",
+                    transform=ax.get_xaxis_transform(), clip_on=False)
 
 
-def node_utilisation(run: Mapping[str, Any]) -> tuple[list[str], np.ndarray]:
-    """Per-node GPU allocation per window (nodes x windows, in GPUs), from the runs of every job."""
-    s = run["series"]
-    w, t0, n_windows = s["window_s"], s.get("start_s", 0.0), len(s["completions"])
-    nodes = sorted({n for j in run["jobs"] for r in j["runs"] for n in r["nodes"]})
-    index = {n: i for i, n in enumerate(nodes)}
-    edges = t0 + w * np.arange(n_windows + 1)
-    gpu_s = np.zeros((len(nodes), n_windows))
-    for j in run["jobs"]:
-        per_task = j["gpus"] / j["tasks"]
-        for r in j["runs"]:
-            # seconds of [start, end) inside each window
-            overlap = np.clip(np.minimum(edges[1:], r["end"]) - np.maximum(edges[:-1], r["start"]), 0, None)
-            for name, tasks in zip(r["nodes"], r.get("node_tasks", [j["tasks"]]), strict=False):
-                gpu_s[index[name]] += overlap * tasks * per_task
-    return nodes, gpu_s / w
-
-
-def node_heatmaps(runs: Runs, path: Path) -> Path:
-    """One heat map per policy: GPUs allocated on each node in each window."""
-    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 1.2 + 1.6 * len(runs)), sharex=True, squeeze=False)
+def node_heatmaps(nodes: Mapping[str, Sequence[NodeUse]], lines: Mapping[str, Timeline], axis: Axis,
+                  path: Path) -> Path:
+    """One heat map per policy: mean GPUs allocated on each node (rows) in each window."""
+    fig, axes = plt.subplots(len(nodes), 1, figsize=(11, 1.2 + 1.6 * len(nodes)), sharex=True, squeeze=False)
     image = None
-    for ax, (name, run) in zip(axes[:, 0], runs.items(), strict=True):
-        nodes, util = node_utilisation(run)
-        hours = _hours(run)
-        span_h = hours[-1] + run["series"]["window_s"] / 3600.0 if len(hours) else 1.0
-        image = ax.imshow(util, aspect="auto", interpolation="nearest", cmap="viridis", origin="lower",
-                          extent=(0, span_h, 0, max(len(nodes), 1)))
+    top = max((u.per_window.max(initial=0.0) for used in nodes.values() for u in used), default=1.0) or 1.0
+    for ax, (name, used) in zip(axes[:, 0], nodes.items(), strict=True):
+        edges = axis.of(lines[name].edges)
+        grid = np.array([u.per_window for u in used]) if used else np.zeros((1, edges.size - 1))
+        image = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis", origin="lower",
+                          extent=(edges[0], edges[-1], 0, max(len(used), 1)), vmin=0, vmax=top)
         ax.set_ylabel(f"{name}\nnodes", fontsize=8)
-    axes[-1, 0].set_xlabel("hours since first submission")
+        ax.tick_params(labelbottom=True, labelsize=8)
+        if len(used) <= 12:  # few nodes: name each row
+            ax.set_yticks(np.arange(len(used)) + 0.5, [u.node for u in used], fontsize=7)
+        else:
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    axes[-1, 0].set_xlabel(axis.label)
+    height_in = 1.2 + 1.6 * len(nodes)
+    fig.subplots_adjust(hspace=0.4, left=0.12, right=0.86, top=1 - 0.3 / height_in, bottom=0.6 / height_in)
     if image is not None:
-        fig.colorbar(image, ax=axes[:, 0].tolist(), label="GPUs allocated", shrink=0.8)
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
-    return path
+        fig.colorbar(image, ax=axes[:, 0].tolist(), label="GPUs allocated (mean per window)", shrink=0.8)
+    return _save(fig, path)
 
 
 def cdfs(runs: Runs, path: Path) -> Path:
     """Empirical CDFs of job completion time and of wait, per policy, log x axes."""
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
-    for name, run in runs.items():
+    colours = plt.get_cmap("tab10")
+    for k, (name, run) in enumerate(runs.items()):
         done = [j for j in run["jobs"] if j["state"] == "completed"]
         jct = np.sort([j["end"] - j["submit"] for j in done])
         wait = np.sort([j["runs"][0]["start"] - j["submit"] for j in run["jobs"] if j["runs"]])
         for ax, values in ((left, jct), (right, wait)):
             if values.size:
                 ax.step(np.maximum(values, 1.0), np.arange(1, values.size + 1) / values.size, where="post",
-                        label=name)
+                        label=name, color=colours(k % 10), linestyle=("-", "--", ":")[k // 10 % 3])
     for ax, label in ((left, "job completion time (s)"), (right, "wait before first start (s; < 1 s drawn at 1)")):
         ax.set_xscale("log")
         ax.set_xlabel(label)
         ax.set_ylabel("fraction of jobs")
         ax.grid(alpha=0.3, which="both")
-    left.legend(fontsize=8)
+    left.legend(fontsize=8, ncols=2)
+    fig.tight_layout()
     return _save(fig, path)
 
 
@@ -151,6 +171,8 @@ def tenant_shares(runs: Runs, path: Path) -> Path | None:
         left += values
     ax.set_xlim(0, 1)
     ax.set_xlabel("share of GPU-time")
+    ax.set_ylabel("policy")
     ax.legend(fontsize=7, ncols=min(len(tenants), 8), loc="upper center", bbox_to_anchor=(0.5, -0.35 - 0.1 *
                                                                                           (len(tenants) > 8)))
+    fig.tight_layout()
     return _save(fig, path)
