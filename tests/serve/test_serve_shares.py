@@ -92,14 +92,15 @@ def test_a_sigkilled_server_adopts_the_shares_on_their_gpu_and_never_overfills_i
     server = Server(tmp_path / "data", "--cluster", CLUSTER).start()
     try:
         with server.client() as client:
-            shares = [submit(client, out, 5.0, gpu_milli=500) for _ in range(2)]
+            # long enough to outlive a slow restart on a busy machine: the new server must find them running
+            shares = [submit(client, out, 15.0, gpu_milli=500) for _ in range(2)]
             whole = submit(client, out, 0.2, gpus=1)
             wait_running(client, shares)
         server.kill()
         server.start()
         with server.client() as client:
             check_gpu_map(client, shares, whole)
-            jobs = wait_all_terminal(client, 3, timeout_s=40)
+            jobs = wait_all_terminal(client, 3, timeout_s=60)
     finally:
         server.stop()
     assert "recovered: 2 adopted" in server.log.read_text()
