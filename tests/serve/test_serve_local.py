@@ -145,6 +145,15 @@ def test_a_task_launched_just_before_a_crash_is_found_without_a_handle(tmp_path:
     assert second.adopt(never, None) is Adoption.NEVER_STARTED
 
 
+def test_a_task_of_the_same_id_under_another_data_dir_is_not_adopted(tmp_path: Path) -> None:
+    """Two servers on one machine number their runs alike: recovery without a handle finds a task by its run dir,
+    so one server never adopts the other's task of the same run id."""
+    theirs = launch_of(tmp_path / "theirs", "1.1.0", ["sleep", "3"])
+    launch_elsewhere(theirs)
+    ours = launch_of(tmp_path / "ours", "1.1.0", ["true"])
+    assert LocalExecutor().adopt(ours, None) is Adoption.NEVER_STARTED
+
+
 def test_validate_names_a_missing_command() -> None:
     ex = LocalExecutor()
     assert ex.validate(("sh",)) is None

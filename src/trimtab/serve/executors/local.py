@@ -29,6 +29,8 @@ WRAPPER = Path(__file__).with_name("task_wrapper.py")  # run by this interpreter
 # secret of the server.
 KEPT_VARS = ("PATH", "LD_LIBRARY_PATH", "LANG", "LANGUAGE", "TZ")
 RUN_ID_VAR = "TRIMTAB_RUN_ID"
+# The wrapper's tag: its run dir, unique to one server's data dir, where a run id is unique only within one server
+RUN_DIR_VAR = "TRIMTAB_RUN_DIR"
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")  # changes at every boot of the machine
 
 
@@ -62,10 +64,11 @@ def _environ_has(pid: int, marker: bytes) -> bool:
         return False
 
 
-def _find_by_marker(run_id: str) -> int | None:
-    """The pid of a process group leader tagged with TRIMTAB_RUN_ID=run_id, if any (a /proc scan: used only in
-    recovery, for a task launched just before a crash)."""
-    marker = f"{RUN_ID_VAR}={run_id}".encode()
+def _find_by_marker(run_dir: Path) -> int | None:
+    """The pid of a process group leader tagged with TRIMTAB_RUN_DIR=run_dir (a task wrapper), if any (a /proc
+    scan: used only in recovery, for a task launched just before a crash). The run dir, not the run id: another
+    server on this machine, with its own data dir, has runs of the same ids."""
+    marker = f"{RUN_DIR_VAR}={run_dir}".encode()
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
             pid = int(entry.name)
@@ -143,7 +146,8 @@ class LocalExecutor(Executor):
         try:
             popen = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(WRAPPER), str(task.run_dir)], stdin=subprocess.DEVNULL,
-                stdout=log, stderr=subprocess.STDOUT, env={"PATH": os.defpath, RUN_ID_VAR: task.run_id}, cwd="/",
+                stdout=log, stderr=subprocess.STDOUT, cwd="/",
+                env={"PATH": os.defpath, RUN_ID_VAR: task.run_id, RUN_DIR_VAR: str(task.run_dir)},
                 start_new_session=True, close_fds=True,
             )
         finally:
@@ -191,7 +195,7 @@ class LocalExecutor(Executor):
                 pid = None  # recycled pid: that process is not our task
             ticks = process_start_ticks(pid) if pid is not None else None
         else:
-            pid = _find_by_marker(task.run_id)  # launched, but the wrapper had not yet written its pid
+            pid = _find_by_marker(task.run_dir)  # launched, but the wrapper had not yet written its pid
             ticks = process_start_ticks(pid) if pid is not None else None
             if pid is None and not exit_file.exists():
                 return Adoption.NEVER_STARTED
