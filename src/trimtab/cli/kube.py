@@ -1,0 +1,52 @@
+"""The kube room's command: `trimtab kube`, the scheduler of a Kubernetes cluster's pods that name it.
+
+Imports lightkube and the scheduler only when the command runs (the `kube` extra)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from typing import Annotated
+
+import typer
+
+from trimtab.cli.common import errors, fail
+
+commands = typer.Typer()
+
+
+@commands.command("kube")
+def kube_cmd(
+    kubeconfig: Annotated[str | None, typer.Option(help="Kubeconfig file; default: the pod's service account "
+                                                   "(in-cluster).")] = None,
+    scheduler_name: Annotated[str, typer.Option(help="Schedule the pods whose spec.schedulerName is this.")]
+    = "trimtab",
+    policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "steady",
+    resync_s: Annotated[float, typer.Option(help="Run a cycle at least this often, in seconds.")] = 5.0,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every warning and API failure.")] = False,
+) -> None:
+    """Schedule the pods of a Kubernetes cluster that opt in with `schedulerName: trimtab`: bind them through
+    pods/binding, gangs (PodGroup, Volcano) all or nothing, and say why a pod waits (PodScheduled=False)."""
+    try:
+        from trimtab.kube.api import KubeApi
+        from trimtab.kube.live import KubeScheduler
+    except ImportError as exc:
+        fail(f"trimtab kube needs the kube extra (pip install 'trimtab[kube]'): {exc}")
+    from trimtab.formats import FormatError
+    from trimtab.profile import Profile
+
+    logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        profile = Profile.load(policy)
+        api = KubeApi.connect(kubeconfig, scheduler_name)
+    except (FormatError, ValueError, OSError) as exc:
+        fail(str(exc))
+    except Exception as exc:  # lightkube's ConfigError: no kubeconfig and not in a pod
+        fail(f"cannot configure the Kubernetes client: {exc}")
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    errors.print(f"trimtab kube: scheduling pods with schedulerName {scheduler_name} under policy {profile.name}")
+    KubeScheduler(api, profile, resync_s=resync_s).run(stop)

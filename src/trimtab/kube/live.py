@@ -1,0 +1,230 @@
+"""The live scheduler of a Kubernetes cluster: informers -> snapshot -> the Scheduler's cycle -> the API.
+
+Owns KubeScheduler. Each cycle reads a Snapshot, runs the same Scheduler and Profile as simulation and serve over
+it, and applies the Decision as Kubernetes expects of a scheduler: pods/binding for starts (a gang all or nothing:
+a bind that fails midway evicts the members already bound and the gang is tried again), the Eviction API for
+preemption victims (the preemptor waits, nominated, until they are gone), and PodScheduled=False / Unschedulable
+with an Event naming what blocked each pod it cannot place."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from lightkube import ApiError
+
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.informer import Informer
+from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
+from trimtab.model import Job
+from trimtab.policy import Status
+from trimtab.profile import Profile
+from trimtab.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
+
+
+@dataclass(slots=True)
+class Counters:
+    """What the scheduler has done since it started (for /metrics and the tests)."""
+
+    cycles: int = 0
+    bound: int = 0
+    unschedulable: int = 0
+    gang_rollbacks: int = 0
+    evicted: int = 0
+    cycle_seconds: list[float] = field(default_factory=list)
+
+
+class KubeScheduler:
+    """Schedules the pods whose spec.schedulerName is the API's scheduler name. `run(stop)` blocks until `stop`
+    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly)."""
+
+    def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
+        self.api = api
+        self.profile = profile
+        self.resync_s = resync_s
+        self.batch_s = batch_s
+        self.counters = Counters()
+        self.reader = SnapshotReader(api.scheduler_name)
+        self._wake = threading.Event()
+        self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
+        self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
+        self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
+
+    def run(self, stop: threading.Event) -> None:
+        for informer in self.informers.values():
+            informer.start()
+        for informer in self.informers.values():
+            while not informer.synced.wait(0.5):
+                if stop.is_set():
+                    return
+        while not stop.is_set():
+            self._wake.wait(self.resync_s)
+            if stop.is_set():
+                break
+            time.sleep(self.batch_s)  # let a burst of events arrive before reading them
+            self._wake.clear()
+            try:
+                self.cycle(time.time())
+            except Exception:  # one bad cycle must not stop the scheduler; the next reads afresh
+                log.exception("scheduling cycle failed")
+        for informer in self.informers.values():
+            informer.stop()
+
+    def cycle(self, now_s: float) -> Snapshot:
+        started = time.perf_counter()
+        items = {name: informer.items() for name, informer in self.informers.items()}
+        self._expire_assumed(items["pods"], now_s)
+        snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
+                                items["priorityclasses"], items["namespaces"],
+                                {k: node for k, (node, _) in self._assumed.items()})
+        for pod, message in snap.unreadable:
+            self._report(pod, message)
+        if snap.pending:
+            self._schedule(snap, now_s)
+        self.counters.cycles += 1
+        self.counters.cycle_seconds.append(time.perf_counter() - started)
+        del self.counters.cycle_seconds[:-1000]
+        return snap
+
+    # ------------------------------------------------------------------------------------------- one cycle
+
+    def _schedule(self, snap: Snapshot, now_s: float) -> None:
+        if not snap.nodes:
+            for job in snap.pending:
+                self._report_job(snap, job, "0/0 nodes are available: the cluster has no Ready node")
+            return
+        scheduler = Scheduler(ClusterState(snap.nodes), self.profile)
+        index = scheduler.cluster.index
+        holders: dict[str, str] = {}  # holding job id -> pod key (preemption victims)
+        for job, node, start_s in snap.holding:
+            try:
+                scheduler.adopt(job, Allocation(np.array([index[node]]), np.ones(1, dtype=np.int64), job.task),
+                                start_s)
+                holders[job.id] = node
+            except ValueError:  # bound beyond what trimtab models (another scheduler's overcommit): skip it
+                continue
+        for job in snap.pending:
+            scheduler.submit(job, now_s)
+        decision = scheduler.cycle(now_s)
+        freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
+        self._evict_victims(decision.preemptions)
+        started: set[str] = set()
+        for job, alloc in decision.starts:
+            nodes = [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
+                     for _ in range(int(c))]
+            if freed_nodes.intersection(nodes):
+                self._nominate(snap, job, nodes)
+            elif self._bind_gang(snap, job, nodes, now_s):
+                started.add(job.id)
+        for job in snap.pending:
+            if job.id not in started and not freed_nodes:
+                self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
+                                                                  now_s))
+
+    def _bind_gang(self, snap: Snapshot, job: Job, nodes: list[str], now_s: float) -> bool:
+        """Bind every pod of `job` to its node, in order; if one bind fails, evict those already bound (the gang
+        is tried again once they are gone). True: all bound."""
+        pods = snap.pods_of[job.id]
+        done: list[dict[str, Any]] = []
+        for pod, node in zip(pods, nodes, strict=True):
+            meta = pod["metadata"]
+            try:
+                self.api.bind(meta["namespace"], meta["name"], meta["uid"], node)
+            except ApiError as exc:
+                self._roll_back(job, done, pod, exc)
+                return False
+            self._assumed[pod_key(pod)] = (node, now_s)
+            done.append(pod)
+        self.counters.bound += len(done)
+        for pod, node in zip(pods, nodes, strict=True):
+            self._reported.pop(pod["metadata"]["uid"], None)
+            self._try(self.api.record_event, pod, "Scheduled",
+                      f"Successfully assigned {pod_key(pod)} to {node}")
+        return True
+
+    def _roll_back(self, job: Job, done: list[dict[str, Any]], failed: dict[str, Any], exc: ApiError) -> None:
+        why = f"binding {pod_key(failed)} failed ({exc.status.code}: {exc.status.message})"
+        log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
+        self.counters.gang_rollbacks += 1
+        for pod in done:
+            self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._assumed.pop(pod_key(pod), None)
+            self._try(self.api.record_event, pod, "FailedScheduling",
+                      f"trimtab: gang {job.id} rolled back: {why}", True)
+
+    def _evict_victims(self, victims: list[str]) -> None:
+        by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
+        for job_id in victims:
+            pod = by_uid.get(job_id.removeprefix("bound:"))
+            if pod is not None and self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
+                self.counters.evicted += 1
+                self._try(self.api.record_event, pod, "Preempted", "trimtab: preempted by a higher-priority job",
+                          True)
+
+    def _nominate(self, snap: Snapshot, job: Job, nodes: list[str]) -> None:
+        for pod, node in zip(snap.pods_of[job.id], nodes, strict=True):
+            meta = pod["metadata"]
+            self._try(self.api.nominate, meta["namespace"], meta["name"], node)
+
+    # ------------------------------------------------------------------------------------------- reports
+
+    def _report_job(self, snap: Snapshot, job: Job, message: str) -> None:
+        for pod in snap.pods_of[job.id]:
+            self._report(pod, message)
+
+    def _report(self, pod: dict[str, Any], message: str) -> None:
+        """PodScheduled=False / Unschedulable with `message`, and a FailedScheduling Event, once per message."""
+        uid = pod["metadata"]["uid"]
+        if self._reported.get(uid) == message:
+            return
+        meta = pod["metadata"]
+        if self._try(self.api.mark_unschedulable, meta["namespace"], meta["name"], message):
+            self._reported[uid] = message
+            self.counters.unschedulable += 1
+            self._try(self.api.record_event, pod, "FailedScheduling", message, True)
+
+    def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
+        bound = {pod_key(p) for p in pods if p["spec"].get("nodeName")}
+        self._assumed = {k: v for k, v in self._assumed.items() if k not in bound and now_s - v[1] < ASSUME_S}
+
+    @staticmethod
+    def _try(call: Any, *args: Any, **kwargs: Any) -> bool:
+        """A write whose failure is logged, not raised (the next cycle sees the cluster as it is)."""
+        try:
+            call(*args, **kwargs)
+            return True
+        except Exception as exc:
+            log.warning("%s failed: %s", getattr(call, "__name__", call), exc)
+            return False
+
+
+def unschedulable_message(scheduler: Scheduler, job: Job, status: Status | None, now_s: float) -> str:
+    """Why `job` was not placed this cycle, in kube-scheduler's words where they fit ("0/N nodes are available:
+    ..."), with trimtab's own reason (the admission plugin that held it, the gang that must start whole)."""
+    cluster = scheduler.cluster
+    n = len(cluster)
+    ctx = scheduler.context(now_s)
+    matching = int(scheduler.framework.node_mask(job, ctx).sum())
+    placeable = int(np.minimum(scheduler.framework.feasible(job, ctx), job.tasks).sum())
+    what = f"{job.tasks} pods" if job.tasks > 1 else "the pod"
+    if status is not None and not status.success and status.plugin:
+        return f"trimtab: held by {status.plugin}: {status.reason}"
+    if matching == 0:
+        return (f"0/{n} nodes are available: none matches the pod's node selector, affinity, tolerations or GPU "
+                "model (trimtab)")
+    gang = f"; gang {job.id} starts only with all {job.tasks} pods placed" if job.tasks > 1 else ""
+    if placeable >= job.tasks:
+        return f"trimtab: waiting its turn under policy {scheduler.profile.name}{gang}"
+    return (f"0/{n} nodes are available: {matching} match the pod's constraints, their free resources hold "
+            f"{placeable} of {what} asking {job.task.gpus} nvidia.com/gpu, {job.task.cpu_milli}m cpu, "
+            f"{job.task.mem_mib}Mi memory each{gang} (trimtab)")
+
