@@ -78,13 +78,17 @@ class Informer:
             except Exception as exc:  # the server unreachable, a connection cut: retry from where it was
                 backoff_s = self._back_off(backoff_s, exc)
 
-    def _relist(self) -> str:
-        items, version = self.api.list(self.kind)
+    def load(self, items: list[dict[str, Any]]) -> None:
+        """Replace every object with `items` (what a list returned) and tell the scheduler."""
         with self._lock:
             self._objects = {object_key(obj): obj for obj in items}
-        self.lists += 1
         self.synced.set()
         self.on_change()
+
+    def _relist(self) -> str:
+        items, version = self.api.list(self.kind)
+        self.lists += 1
+        self.load(items)
         return version
 
     def _watch(self, version: str) -> str:
@@ -103,9 +107,7 @@ class Informer:
         return version
 
     def _absent(self) -> None:
-        with self._lock:
-            self._objects = {}
-        self.synced.set()
+        self.load([])
         self._stop.wait(self.absent_retry_s)
 
     def _back_off(self, backoff_s: float, exc: Exception) -> float:

@@ -224,7 +224,9 @@ def unschedulable_message(scheduler: Scheduler, job: Job, status: Status | None,
     gang = f"; gang {job.id} starts only with all {job.tasks} pods placed" if job.tasks > 1 else ""
     if placeable >= job.tasks:
         return f"trimtab: waiting its turn under policy {scheduler.profile.name}{gang}"
+    task = job.task
+    asks = ", ".join(f"{amount}{unit}" for amount, unit in ((task.gpus, " nvidia.com/gpu"), (task.cpu_milli, "m cpu"),
+                                                             (task.mem_mib, "Mi memory")) if amount) or "nothing"
     return (f"0/{n} nodes are available: {matching} match the pod's constraints, their free resources hold "
-            f"{placeable} of {what} asking {job.task.gpus} nvidia.com/gpu, {job.task.cpu_milli}m cpu, "
-            f"{job.task.mem_mib}Mi memory each{gang} (trimtab)")
+            f"{placeable} of {what} asking {asks}{' each' if job.tasks > 1 else ''}{gang} (trimtab)")
 

@@ -1,0 +1,79 @@
+"""`trimtab kube` against a real kube-apiserver with KWOK nodes of 8 GPUs: a pod that opts in is bound, runs and
+completes; a pod it cannot place says why (PodScheduled=False / Unschedulable, a FailedScheduling Event); a gang
+binds whole, and one too large for the cluster binds not at all."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kube_env import KubeEnv
+from kube_objects import gpu_pod, pod_group
+
+pytestmark = pytest.mark.kube
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(0.2)
+
+
+def create_pod(env: KubeEnv, pod: dict[str, Any]) -> None:
+    """Create a pod from a kube_objects manifest (server-set fields dropped)."""
+    meta = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
+    spec = {k: v for k, v in pod["spec"].items() if k not in ("priority",)}
+    env.apply({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+
+def get_pod(env: KubeEnv, name: str) -> dict[str, Any]:
+    return env.request("GET", f"/api/v1/namespaces/default/pods/{name}")
+
+
+def scheduled_condition(env: KubeEnv, name: str) -> dict[str, Any] | None:
+    conditions = get_pod(env, name).get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "PodScheduled"), None)
+
+
+def test_a_pod_naming_trimtab_is_bound_runs_and_completes(kube_env: KubeEnv, trimtab_kube: Any) -> None:
+    create_pod(kube_env, gpu_pod("solo", 2, annotations={"trimtab.io/duration": "2s"}))
+    node = wait_for("solo bound", lambda: get_pod(kube_env, "solo")["spec"].get("nodeName"))
+    assert node in ("gpu-0", "a100-0", "a100-1")
+    wait_for("solo Succeeded (kwok's stage after its duration)",
+             lambda: get_pod(kube_env, "solo")["status"].get("phase") == "Succeeded")
+
+
+def test_an_unschedulable_pod_says_why(kube_env: KubeEnv, trimtab_kube: Any) -> None:
+    create_pod(kube_env, gpu_pod("picky", 1, nodeSelector={"gpu-type": "h100"}))
+    condition = wait_for("picky marked Unschedulable",
+                         lambda: (c := scheduled_condition(kube_env, "picky")) and c["status"] == "False" and c)
+    assert condition["reason"] == "Unschedulable"
+    assert "none matches the pod's node selector" in condition["message"]
+    assert "trimtab" in condition["message"]
+    events = kube_env.request("GET", "/api/v1/namespaces/default/events?fieldSelector=involvedObject.name=picky")
+    assert any(e["reason"] == "FailedScheduling" and "trimtab" in e["message"] for e in events["items"])
+    assert not get_pod(kube_env, "picky")["spec"].get("nodeName")
+
+
+def test_a_gang_binds_whole_and_one_too_large_not_at_all(kube_env: KubeEnv, trimtab_kube: Any) -> None:
+    kube_env.apply(pod_group("huge", 4))  # 4 x 8 GPUs on 24: can never start
+    for i in range(4):
+        create_pod(kube_env, gpu_pod(f"huge-{i}", 8, group="huge"))
+    kube_env.apply(pod_group("train", 4))
+    for i in range(4):
+        create_pod(kube_env, gpu_pod(f"train-{i}", 4, group="train"))
+    nodes = wait_for("the gang bound", lambda: all(n := [get_pod(kube_env, f"train-{i}")["spec"].get("nodeName")
+                                                          for i in range(4)]) and n)
+    assert len(nodes) == 4
+    for i in range(4):
+        condition = wait_for(f"huge-{i} Unschedulable", lambda i=i: scheduled_condition(kube_env, f"huge-{i}"))
+        assert condition["reason"] == "Unschedulable"
+        assert "gang default/huge starts only with all 4 pods placed" in condition["message"]
+        assert not get_pod(kube_env, f"huge-{i}")["spec"].get("nodeName")
