@@ -43,6 +43,7 @@ class Informer:
         self._objects: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
+        self._version: str | None = None  # the last resourceVersion seen; None: list first
         self._thread = threading.Thread(target=self._run, name=f"informer-{kind.name}", daemon=True)
 
     def start(self) -> Informer:
@@ -59,23 +60,21 @@ class Informer:
 
     def _run(self) -> None:
         backoff_s = 0.0
-        version: str | None = None
         while not self._stop.is_set():
             try:
-                if version is None:
-                    version = self._relist()
-                version = self._watch(version)
+                if self._version is None:
+                    self._version = self._relist()
+                self._watch()
                 backoff_s = 0.0
             except ApiError as exc:
                 if exc.status.code == 410:
-                    version = None  # too old: list again, now
-                    continue
-                if exc.status.code == 404:
+                    self._version = None  # too old: list again, now
+                elif exc.status.code == 404:
+                    self._version = None
                     self._absent()
-                    version = None
-                    continue
-                backoff_s = self._back_off(backoff_s, exc)
-            except Exception as exc:  # the server unreachable, a connection cut: retry from where it was
+                else:
+                    backoff_s = self._back_off(backoff_s, exc)
+            except Exception as exc:  # the server unreachable, a connection cut: resume from the last version
                 backoff_s = self._back_off(backoff_s, exc)
 
     def load(self, items: list[dict[str, Any]]) -> None:
@@ -91,20 +90,20 @@ class Informer:
         self.load(items)
         return version
 
-    def _watch(self, version: str) -> str:
-        """Apply watch events until the server ends the watch; the last resourceVersion seen."""
-        for event, obj in self.api.watch(self.kind, version, WATCH_TIMEOUT_S):
+    def _watch(self) -> None:
+        """Apply watch events from the last resourceVersion seen until the server ends the watch."""
+        assert self._version is not None
+        for event, obj in self.api.watch(self.kind, self._version, WATCH_TIMEOUT_S):
             if self._stop.is_set():
-                break
+                return
             key = object_key(obj)
             with self._lock:
                 if event == "DELETED":
                     self._objects.pop(key, None)
                 elif event in ("ADDED", "MODIFIED"):
                     self._objects[key] = obj
-            version = obj["metadata"].get("resourceVersion") or version
+            self._version = obj["metadata"].get("resourceVersion") or self._version
             self.on_change()
-        return version
 
     def _absent(self) -> None:
         self.load([])
