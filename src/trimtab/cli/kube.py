@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import threading
+import uuid
 from typing import Annotated
 
 import typer
@@ -24,12 +26,17 @@ def kube_cmd(
     = "trimtab",
     policy: Annotated[str, typer.Option(help="Built-in policy name or profile YAML.")] = "steady",
     resync_s: Annotated[float, typer.Option(help="Run a cycle at least this often, in seconds.")] = 5.0,
+    leader_elect: Annotated[bool, typer.Option(help="Bind only while holding the Lease (run several replicas).")]
+    = True,
+    lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease named after --scheduler-name.")]
+    = "kube-system",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every warning and API failure.")] = False,
 ) -> None:
     """Schedule the pods of a Kubernetes cluster that opt in with `schedulerName: trimtab`: bind them through
     pods/binding, gangs (PodGroup, Volcano) all or nothing, and say why a pod waits (PodScheduled=False)."""
     try:
         from trimtab.kube.api import KubeApi
+        from trimtab.kube.leader import LeaderElector
         from trimtab.kube.live import KubeScheduler
     except ImportError as exc:
         fail(f"trimtab kube needs the kube extra (pip install 'trimtab[kube]'): {exc}")
@@ -48,5 +55,9 @@ def kube_cmd(
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    leader = None
+    if leader_elect:
+        identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+        leader = LeaderElector(api, identity, namespace=lease_namespace, name=scheduler_name).start()
     errors.print(f"trimtab kube: scheduling pods with schedulerName {scheduler_name} under policy {profile.name}")
-    KubeScheduler(api, profile, resync_s=resync_s).run(stop)
+    KubeScheduler(api, profile, resync_s=resync_s).run(stop, leader)

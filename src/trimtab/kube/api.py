@@ -11,11 +11,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ALL_NS, Client, KubeConfig
+from lightkube import ALL_NS, ApiError, Client, KubeConfig
 from lightkube.core.resource import Resource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, PodBinding, PodEviction, PodStatus
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
@@ -89,6 +90,24 @@ class KubeApi:
         data: dict[str, Any] = obj.to_dict()
         data["apiVersion"], data["kind"] = kind.api_version, kind.kind
         return data
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease as a dict, or None when there is none."""
+        try:
+            return self.client.get(Lease, name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
+        """Create the Lease (`resource_version` None) or replace the version read; 409 when another wrote first."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if resource_version is None:
+            self.client.create(Lease.from_dict({"metadata": meta, "spec": spec}))
+        else:
+            meta["resourceVersion"] = resource_version
+            self.client.replace(Lease.from_dict({"metadata": meta, "spec": spec}))
 
     # ------------------------------------------------------------------------------------------- writes
 

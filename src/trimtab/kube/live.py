@@ -20,6 +20,7 @@ from lightkube import ApiError
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.kube.api import KINDS, KubeApi
 from trimtab.kube.informer import Informer
+from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job
 from trimtab.policy import Status
@@ -59,7 +60,9 @@ class KubeScheduler:
         self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
+        """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
+        informers of a standby stay warm, so it takes over with a current view)."""
         for informer in self.informers.values():
             informer.start()
         for informer in self.informers.values():
@@ -67,9 +70,12 @@ class KubeScheduler:
                 if stop.is_set():
                     return
         while not stop.is_set():
+            if leader is not None and not leader.leading.wait(1.0):
+                self._assumed.clear()  # a new term starts from what the cluster shows
+                continue
             self._wake.wait(self.resync_s)
-            if stop.is_set():
-                break
+            if stop.is_set() or (leader is not None and not leader.leading.is_set()):
+                continue
             time.sleep(self.batch_s)  # let a burst of events arrive before reading them
             self._wake.clear()
             try:
