@@ -130,3 +130,26 @@ def test_a_bound_pod_is_assumed_until_the_informer_shows_it() -> None:
     sched.cycle(1e9 + 1)  # "a" still reads as pending in the informer, yet holds n1's GPUs
     assert api.bound == {"default/a": "n1"}
     assert "default/b" in api.unschedulable
+
+
+def test_metrics_and_health_endpoints_report_the_cycles() -> None:
+    import urllib.request
+
+    from trimtab.kube.metrics import KubeMetrics, serve_endpoints
+
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4), gpu_pod("b", 4)])
+    server = serve_endpoints(KubeMetrics(sched), sched, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        sched.cycle(1e9)
+        text = urllib.request.urlopen(base + "/metrics").read().decode()
+        assert 'scheduler_schedule_attempts_total{profile="fifo",result="scheduled"} 1.0' in text
+        assert 'scheduler_schedule_attempts_total{profile="fifo",result="unschedulable"} 1.0' in text
+        assert 'trimtab_gpus_total{node="n1"} 4.0' in text
+        assert "trimtab_sched_cycle_seconds_count 1.0" in text
+        assert urllib.request.urlopen(base + "/healthz").status == 200
+        with pytest.raises(urllib.error.HTTPError):  # informers never listed: not ready
+            urllib.request.urlopen(base + "/readyz")
+    finally:
+        server.shutdown()

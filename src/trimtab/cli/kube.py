@@ -30,6 +30,8 @@ def kube_cmd(
     = True,
     lease_namespace: Annotated[str, typer.Option(help="Namespace of the Lease named after --scheduler-name.")]
     = "kube-system",
+    endpoints: Annotated[str, typer.Option(help="host:port of /healthz, /readyz and /metrics; '' for none.")]
+    = "127.0.0.1:10269",
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every warning and API failure.")] = False,
 ) -> None:
     """Schedule the pods of a Kubernetes cluster that opt in with `schedulerName: trimtab`: bind them through
@@ -38,6 +40,7 @@ def kube_cmd(
         from trimtab.kube.api import KubeApi
         from trimtab.kube.leader import LeaderElector
         from trimtab.kube.live import KubeScheduler
+        from trimtab.kube.metrics import KubeMetrics, serve_endpoints
     except ImportError as exc:
         fail(f"trimtab kube needs the kube extra (pip install 'trimtab[kube]'): {exc}")
     from trimtab.formats import FormatError
@@ -59,5 +62,12 @@ def kube_cmd(
     if leader_elect:
         identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         leader = LeaderElector(api, identity, namespace=lease_namespace, name=scheduler_name).start()
+    scheduler = KubeScheduler(api, profile, resync_s=resync_s)
+    if endpoints:
+        host, _, port = endpoints.rpartition(":")
+        try:
+            serve_endpoints(KubeMetrics(scheduler), scheduler, host or "127.0.0.1", int(port))
+        except (ValueError, OSError) as exc:
+            fail(f"--endpoints {endpoints}: {exc}")
     errors.print(f"trimtab kube: scheduling pods with schedulerName {scheduler_name} under policy {profile.name}")
-    KubeScheduler(api, profile, resync_s=resync_s).run(stop, leader)
+    scheduler.run(stop, leader)

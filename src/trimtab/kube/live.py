@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -33,15 +34,29 @@ ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound th
 
 
 @dataclass(slots=True)
+class CycleReport:
+    """One cycle, for observers (metrics): its wall time; jobs bound whole, left pending (with the reason
+    written on their pods), rolled back; pending jobs per namespace; GPUs per Ready node, and those held by bound
+    pods at the start of the cycle."""
+
+    seconds: float = 0.0
+    scheduled: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+    pending_by_tenant: dict[str, int] = field(default_factory=dict)
+    gpus_total: dict[str, int] = field(default_factory=dict)
+    gpus_allocated: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
 class Counters:
-    """What the scheduler has done since it started (for /metrics and the tests)."""
+    """What the scheduler has done since it started."""
 
     cycles: int = 0
     bound: int = 0
     unschedulable: int = 0
     gang_rollbacks: int = 0
     evicted: int = 0
-    cycle_seconds: list[float] = field(default_factory=list)
 
 
 class KubeScheduler:
@@ -54,6 +69,8 @@ class KubeScheduler:
         self.resync_s = resync_s
         self.batch_s = batch_s
         self.counters = Counters()
+        self.cycle_observers: list[Callable[[CycleReport], None]] = []
+        self.ready = threading.Event()  # set once every informer has listed
         self.reader = SnapshotReader(api.scheduler_name)
         self._wake = threading.Event()
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
@@ -69,6 +86,7 @@ class KubeScheduler:
             while not informer.synced.wait(0.5):
                 if stop.is_set():
                     return
+        self.ready.set()
         while not stop.is_set():
             if leader is not None and not leader.leading.wait(1.0):
                 self._assumed.clear()  # a new term starts from what the cluster shows
@@ -85,32 +103,39 @@ class KubeScheduler:
         for informer in self.informers.values():
             informer.stop()
 
-    def cycle(self, now_s: float) -> Snapshot:
+    def cycle(self, now_s: float) -> CycleReport:
         started = time.perf_counter()
         items = {name: informer.items() for name, informer in self.informers.items()}
         self._expire_assumed(items["pods"], now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"],
                                 {k: node for k, (node, _) in self._assumed.items()})
+        report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
+        for job, node, _ in snap.holding:
+            report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
+        for job in snap.pending:
+            report.pending_by_tenant[job.tenant] = report.pending_by_tenant.get(job.tenant, 0) + 1
         for pod, message in snap.unreadable:
             self._report(pod, message)
         if snap.pending:
-            self._schedule(snap, now_s)
+            self._schedule(snap, now_s, report)
         self.counters.cycles += 1
-        self.counters.cycle_seconds.append(time.perf_counter() - started)
-        del self.counters.cycle_seconds[:-1000]
-        return snap
+        report.seconds = time.perf_counter() - started
+        for observe in self.cycle_observers:
+            observe(report)
+        return report
 
     # ------------------------------------------------------------------------------------------- one cycle
 
-    def _schedule(self, snap: Snapshot, now_s: float) -> None:
+    def _schedule(self, snap: Snapshot, now_s: float, report: CycleReport) -> None:
         if not snap.nodes:
             for job in snap.pending:
                 self._report_job(snap, job, "0/0 nodes are available: the cluster has no Ready node")
+            report.unschedulable = len(snap.pending)
             return
         scheduler = Scheduler(ClusterState(snap.nodes), self.profile)
         index = scheduler.cluster.index
-        holders: dict[str, str] = {}  # holding job id -> pod key (preemption victims)
+        holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
         for job, node, start_s in snap.holding:
             try:
                 scheduler.adopt(job, Allocation(np.array([index[node]]), np.ones(1, dtype=np.int64), job.task),
@@ -123,16 +148,20 @@ class KubeScheduler:
         decision = scheduler.cycle(now_s)
         freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
         self._evict_victims(decision.preemptions)
-        started: set[str] = set()
+        acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
         for job, alloc in decision.starts:
             nodes = [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
                      for _ in range(int(c))]
+            acted.add(job.id)
             if freed_nodes.intersection(nodes):
                 self._nominate(snap, job, nodes)
             elif self._bind_gang(snap, job, nodes, now_s):
-                started.add(job.id)
+                report.scheduled += 1
+            else:
+                report.errors += 1
         for job in snap.pending:
-            if job.id not in started and not freed_nodes:
+            if job.id not in acted:
+                report.unschedulable += 1
                 self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
                                                                   now_s))
 
