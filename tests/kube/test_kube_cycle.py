@@ -153,3 +153,16 @@ def test_metrics_and_health_endpoints_report_the_cycles() -> None:
             urllib.request.urlopen(base + "/readyz")
     finally:
         server.shutdown()
+
+
+def test_a_resource_quota_holds_pods_beyond_it() -> None:
+    api = FakeApi()
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "team-a"},
+             "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}}
+    pods = [gpu_pod("first", 2, namespace="team-a"),
+            gpu_pod("second", 2, namespace="team-a", created="2026-12-01T11:00:00Z")]
+    sched = scheduler(api, [gpu_node("n1", 8)], pods)
+    sched.informers["resourcequotas"].load([quota])
+    sched.cycle(1e9)
+    assert api.bound == {"team-a/first": "n1"}
+    assert api.unschedulable["team-a/second"].startswith("trimtab: held by quota:")

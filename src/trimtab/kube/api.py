@@ -17,7 +17,16 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Event, Namespace, Node, Pod, PodBinding, PodEviction, PodStatus
+from lightkube.resources.core_v1 import (
+    Event,
+    Namespace,
+    Node,
+    Pod,
+    PodBinding,
+    PodEviction,
+    PodStatus,
+    ResourceQuota,
+)
 from lightkube.resources.scheduling_v1 import PriorityClass
 from lightkube.types import PatchType
 
@@ -39,6 +48,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("pods", Pod, "v1", "Pod", True),
     Kind("priorityclasses", PriorityClass, "scheduling.k8s.io/v1", "PriorityClass", False),
     Kind("namespaces", Namespace, "v1", "Namespace", False),
+    Kind("resourcequotas", ResourceQuota, "v1", "ResourceQuota", True),
     Kind("podgroups", create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
          "scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",

@@ -19,13 +19,14 @@ import numpy as np
 from lightkube import ApiError
 
 from trimtab.cluster import Allocation, ClusterState
+from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job
 from trimtab.policy import Status
-from trimtab.profile import Profile
+from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
 
 log = logging.getLogger(__name__)
@@ -76,6 +77,7 @@ class KubeScheduler:
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
         self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
+        self._composed, self._composed_key = profile, ("", False, False)
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
@@ -108,7 +110,7 @@ class KubeScheduler:
         items = {name: informer.items() for name, informer in self.informers.items()}
         self._expire_assumed(items["pods"], now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
-                                items["priorityclasses"], items["namespaces"],
+                                items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()})
         report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
         for job, node, _ in snap.holding:
@@ -133,7 +135,7 @@ class KubeScheduler:
                 self._report_job(snap, job, "0/0 nodes are available: the cluster has no Ready node")
             report.unschedulable = len(snap.pending)
             return
-        scheduler = Scheduler(ClusterState(snap.nodes), self.profile)
+        scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
         index = scheduler.cluster.index
         holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
         for job, node, start_s in snap.holding:
@@ -164,6 +166,20 @@ class KubeScheduler:
                 report.unschedulable += 1
                 self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
                                                                   now_s))
+
+    def _profile_for(self, snap: Snapshot) -> Profile:
+        """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
+        them (quotas as admission, the min-member rule of gangs with followers, PreferNoSchedule taints scored);
+        composed again only when what it depends on changes."""
+        key = (repr([q.as_args() for q in snap.quotas]), any(job.after for job in snap.pending),
+               any(t.effect == "PreferNoSchedule" for node in snap.nodes for t in node.taints))
+        if key != self._composed_key:
+            manifests = Manifests(nodes=snap.nodes, jobs=snap.pending, quotas=snap.quotas, launches=snap.launches)
+            self._composed, warnings = profile_for_manifests(self.profile, manifests)
+            self._composed_key = key
+            for warning in warnings:
+                log.warning("%s", warning)
+        return self._composed
 
     def _bind_gang(self, snap: Snapshot, job: Job, nodes: list[str], now_s: float) -> bool:
         """Bind every pod of `job` to its node, in order; if one bind fails, evict those already bound (the gang

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s import PriorityClass, read_documents
+from trimtab.formats.k8s import Launch, PriorityClass, Quota, read_documents
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
 from trimtab.model import Job, Node, Resources
 
@@ -35,10 +35,17 @@ class Snapshot:
     pods_of: dict[str, list[Obj]] = field(default_factory=dict)
     unreadable: list[tuple[Obj, str]] = field(default_factory=list)
     gang_of: dict[str, str] = field(default_factory=dict)  # pod key -> the gang job it belongs to
+    quotas: list[Quota] = field(default_factory=list)
+    launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
 
 
 def pod_key(pod: Obj) -> str:
-    return f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+    return object_name(pod)
+
+
+def object_name(obj: Obj) -> str:
+    meta = obj["metadata"]
+    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
 
 
 def epoch_s(stamp: str | None) -> float:
@@ -68,9 +75,14 @@ class SnapshotReader:
         self._holding_jobs: dict[str, Job] = {}
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
-             namespaces: Iterable[Obj], assumed: Mapping[str, str]) -> Snapshot:
+             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str]) -> Snapshot:
         """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet."""
         out = Snapshot()
+        for doc in quotas:
+            try:
+                out.quotas += read_documents([(f"ResourceQuota {object_name(doc)}", doc)]).quotas
+            except FormatError:
+                continue  # a quota on resources trimtab does not model holds nothing it schedules
         known_classes = self._classes(classes)
         for doc in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             if node_ready(doc):
@@ -148,11 +160,12 @@ class SnapshotReader:
             if ns in namespaces:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
             try:
-                jobs = read_documents(docs, classes=classes).jobs
+                read = read_documents(docs, classes=classes)
             except FormatError as exc:
                 out.unreadable += [(p, str(exc)) for p in pods]
                 continue
-            self._add_unit(out, pods, jobs, f"{ns}/{name}" if gang else None,
+            out.launches.update(read.launches)
+            self._add_unit(out, pods, read.jobs, f"{ns}/{name}" if gang else None,
                            bound_in_group.get((ns, name), 0) if gang else 0)
 
     @staticmethod
