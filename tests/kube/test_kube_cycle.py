@@ -16,6 +16,8 @@ from lightkube.models.meta_v1 import Status
 from trimtab.kube.live import KubeScheduler
 from trimtab.profile import Profile
 
+LATER_S = 1_796_122_800.0  # 2026-12-01T11:00:00Z, an hour after kube_objects' pods were created
+
 
 class FakeApi:
     """Records every write; `refuse` names pods whose binding the server refuses."""
@@ -166,3 +168,20 @@ def test_a_resource_quota_holds_pods_beyond_it() -> None:
     sched.cycle(1e9)
     assert api.bound == {"team-a/first": "n1"}
     assert api.unschedulable["team-a/second"].startswith("trimtab: held by quota:")
+
+
+def test_a_higher_priority_pod_evicts_and_waits_nominated() -> None:
+    api = FakeApi()
+    nominated: list[tuple[str, str]] = []
+    api.nominate = lambda ns, name, node: nominated.append((name, node))  # type: ignore[method-assign]
+    urgent = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+              "value": 1000}
+    pods = [gpu_pod("low", 4, scheduler="default-scheduler", node="n1"),
+            gpu_pod("high", 4, priorityClassName="urgent")]
+    sched = scheduler(api, [gpu_node("n1", 4)], pods, policy="priority")
+    sched.informers["priorityclasses"].load([urgent])
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/low"]
+    assert nominated == [("high", "n1")]
+    assert api.bound == {}  # it binds once the victim is gone, in a later cycle
+    assert "default/high" not in api.unschedulable
