@@ -185,3 +185,13 @@ def test_a_higher_priority_pod_evicts_and_waits_nominated() -> None:
     assert nominated == [("high", "n1")]
     assert api.bound == {}  # it binds once the victim is gone, in a later cycle
     assert "default/high" not in api.unschedulable
+
+
+def test_a_gang_that_loses_a_member_with_its_node_is_restarted_whole() -> None:
+    api = FakeApi()
+    pods = [gpu_pod("w0", 4, group="train", node="n1"), gpu_pod("w1", 4, group="train", node="n2"),
+            gpu_pod("other", 4, node="n1")]
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8, ready=False)], pods, [pod_group("train", 2)])
+    sched.cycle(LATER_S)
+    assert sorted(api.evicted) == ["default/w0", "default/w1"]
+    assert any(e[1] == "GangRestarted" for e in api.events)

@@ -119,6 +119,8 @@ class KubeScheduler:
             report.pending_by_tenant[job.tenant] = report.pending_by_tenant.get(job.tenant, 0) + 1
         for pod, message in snap.unreadable:
             self._report(pod, message)
+        for gang, pods in snap.broken_gangs.items():
+            self._restart_gang(gang, pods)
         if snap.pending:
             self._schedule(snap, now_s, report)
         self.counters.cycles += 1
@@ -211,6 +213,16 @@ class KubeScheduler:
             self._assumed.pop(pod_key(pod), None)
             self._try(self.api.record_event, pod, "FailedScheduling",
                       f"trimtab: gang {job.id} rolled back: {why}", True)
+
+    def _restart_gang(self, gang: str, pods: list[dict[str, Any]]) -> None:
+        """A gang that lost a member with its node: evict every member, so its controller recreates the gang
+        and it starts again whole (a gang's members run together or not at all)."""
+        log.warning("gang %s lost a member with its node; evicting its %d members", gang, len(pods))
+        for pod in pods:
+            if self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
+                self.counters.evicted += 1
+                self._try(self.api.record_event, pod, "GangRestarted", f"trimtab: gang {gang} lost a member with "
+                          f"its node ({pod['spec'].get('nodeName')}), restarted whole", True)
 
     def _evict_victims(self, victims: list[str]) -> None:
         by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}

@@ -37,6 +37,8 @@ class Snapshot:
     gang_of: dict[str, str] = field(default_factory=dict)  # pod key -> the gang job it belongs to
     quotas: list[Quota] = field(default_factory=list)
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
+    # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
+    broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
 
 
 def pod_key(pod: Obj) -> str:
@@ -83,37 +85,50 @@ class SnapshotReader:
                 out.quotas += read_documents([(f"ResourceQuota {object_name(doc)}", doc)]).quotas
             except FormatError:
                 continue  # a quota on resources trimtab does not model holds nothing it schedules
-        known_classes = self._classes(classes)
         for doc in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             if node_ready(doc):
                 try:
                     out.nodes += read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes
                 except FormatError:
                     continue  # a node the reader cannot model takes no work from trimtab
+        mine, bound_in_group = self._read_bound(out, pods, assumed)
+        self._read_pending(out, mine, list(groups), self._classes(classes),
+                           {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
+        return out
+
+    def _read_bound(self, out: Snapshot, pods: Iterable[Obj], assumed: Mapping[str, str],
+                    ) -> tuple[list[Obj], dict[tuple[str, str], int]]:
+        """Fills `out.holding` and `out.broken_gangs`; returns this scheduler's pending pods and the bound members
+        of each PodGroup (namespace, name)."""
         ready = {n.name for n in out.nodes}
         bound_in_group: dict[tuple[str, str], int] = {}
+        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, on a Ready node?
         mine: list[Obj] = []
         seen: set[str] = set()
         for pod in pods:
             phase = (pod.get("status") or {}).get("phase")
             node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
-            if phase in _TERMINAL or (pod["metadata"].get("deletionTimestamp") and not node):
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            if phase in _TERMINAL or (deleting and not node):
                 continue
-            if node:
-                seen.add(pod["metadata"]["uid"])
-                group = pod_group(pod)
-                if group:
-                    key = (pod["metadata"]["namespace"], group)
-                    bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if node in ready:
-                    out.holding.append((self._holding_job(pod), node,
-                                        epoch_s((pod.get("status") or {}).get("startTime"))))
-            elif pod["spec"].get("schedulerName") == self.scheduler_name:
-                mine.append(pod)
+            if not node:
+                if pod["spec"].get("schedulerName") == self.scheduler_name:
+                    mine.append(pod)
+                continue
+            seen.add(pod["metadata"]["uid"])
+            group = pod_group(pod)
+            if group:
+                key = (pod["metadata"]["namespace"], group)
+                bound_in_group[key] = bound_in_group.get(key, 0) + 1
+                if pod["spec"].get("schedulerName") == self.scheduler_name and not deleting:
+                    members.setdefault(key, []).append((pod, node in ready))
+            if node in ready:
+                out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
-        self._read_pending(out, mine, list(groups), known_classes, {n["metadata"]["name"]: n for n in namespaces},
-                           bound_in_group)
-        return out
+        for (ns, group), live in members.items():
+            if not all(on_ready for _, on_ready in live):
+                out.broken_gangs[f"{ns}/{group}"] = [pod for pod, _ in live]
+        return mine, bound_in_group
 
     def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
         docs = [(f"PriorityClass {c['metadata']['name']}", c) for c in classes]
