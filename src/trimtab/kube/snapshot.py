@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import calendar
 import dataclasses
+import functools
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s import Launch, PriorityClass, Quota, read_documents
+from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
 from trimtab.model import Job, Node, Resources
 
@@ -50,11 +51,14 @@ def object_name(obj: Obj) -> str:
     return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
 
 
+@functools.lru_cache(maxsize=65536)
+def _stamp_s(stamp: str) -> float:
+    return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
 def epoch_s(stamp: str | None) -> float:
     """An RFC 3339 timestamp as the API server writes it ("2026-12-02T01:19:27Z"), in epoch seconds."""
-    if not stamp:
-        return time.time()
-    return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+    return _stamp_s(stamp) if stamp else time.time()
 
 
 def pod_group(pod: Obj) -> str | None:
@@ -75,6 +79,10 @@ class SnapshotReader:
     def __init__(self, scheduler_name: str) -> None:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
+        # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
+        # same pending pods, and reading one costs far more than comparing versions
+        self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
+        self._node_reads: dict[tuple[str, str, str], Node | None] = {}  # the same, of Ready nodes
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str]) -> Snapshot:
@@ -85,12 +93,14 @@ class SnapshotReader:
                 out.quotas += read_documents([(f"ResourceQuota {object_name(doc)}", doc)]).quotas
             except FormatError:
                 continue  # a quota on resources trimtab does not model holds nothing it schedules
+        node_cache, self._node_reads = self._node_reads, {}
         for doc in sorted(nodes, key=lambda n: n["metadata"]["name"]):
             if node_ready(doc):
-                try:
-                    out.nodes += read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes
-                except FormatError:
-                    continue  # a node the reader cannot model takes no work from trimtab
+                key = _version(doc)
+                node = node_cache[key] if key in node_cache else _read_node(doc)
+                self._node_reads[key] = node
+                if node is not None:
+                    out.nodes.append(node)
         mine, bound_in_group = self._read_bound(out, pods, assumed)
         self._read_pending(out, mine, list(groups), self._classes(classes),
                            {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
@@ -167,6 +177,8 @@ class SnapshotReader:
             group = pod_group(pod)
             ns = pod["metadata"]["namespace"]
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
+        classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
+        cache, self._unit_reads = self._unit_reads, {}
         for (ns, name), pods in units.items():
             docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p)) for p in pods]
             gang = not name.startswith("pod:")
@@ -174,10 +186,11 @@ class SnapshotReader:
                 docs.append((f"{ns}/{name}", _group_doc(group_docs[(ns, name)], bound_in_group.get((ns, name), 0))))
             if ns in namespaces:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
-            try:
-                read = read_documents(docs, classes=classes)
-            except FormatError as exc:
-                out.unreadable += [(p, str(exc)) for p in pods]
+            key = (tuple(_version(data) for _, data in docs), classes_key)
+            read = cache[key] if key in cache else _read_unit(docs, classes)
+            self._unit_reads[key] = read
+            if isinstance(read, str):
+                out.unreadable += [(p, read) for p in pods]
                 continue
             out.launches.update(read.launches)
             self._add_unit(out, pods, read.jobs, f"{ns}/{name}" if gang else None,
@@ -202,6 +215,29 @@ class SnapshotReader:
             out.pods_of[job.id] = members
             for pod in members:
                 out.gang_of[pod_key(pod)] = job.id
+
+
+def _read_node(doc: Obj) -> Node | None:
+    """The model Node of a Node object; None for one the reader cannot model (it takes no work from trimtab)."""
+    try:
+        return read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes[0]
+    except FormatError:
+        return None
+
+
+def _read_unit(docs: list[tuple[str, Obj]], classes: list[PriorityClass]) -> Manifests | str:
+    """The reader's Manifests of one pending unit, or its message when it refuses the unit."""
+    try:
+        return read_documents(docs, classes=classes)
+    except FormatError as exc:
+        return str(exc)
+
+
+def _version(data: Obj) -> tuple[str, str, str]:
+    """What identifies a version of an object: its uid and resourceVersion (and a PodGroup's minMember as this
+    snapshot counts it)."""
+    meta = data["metadata"]
+    return meta.get("uid", ""), meta.get("resourceVersion", ""), str((data.get("spec") or {}).get("minMember", ""))
 
 
 def _node_doc(node: Obj) -> Obj:
