@@ -195,3 +195,17 @@ def test_a_gang_that_loses_a_member_with_its_node_is_restarted_whole() -> None:
     sched.cycle(LATER_S)
     assert sorted(api.evicted) == ["default/w0", "default/w1"]
     assert any(e[1] == "GangRestarted" for e in api.events)
+
+
+def test_a_terminating_victim_is_not_evicted_again_and_still_holds_its_gpus() -> None:
+    api = FakeApi()
+    urgent = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+              "value": 1000}
+    low = gpu_pod("low", 4, scheduler="default-scheduler", node="n1")
+    low["metadata"]["deletionTimestamp"] = "2026-12-01T10:59:00Z"
+    sched = scheduler(api, [gpu_node("n1", 4)], [low, gpu_pod("high", 4, priorityClassName="urgent")],
+                      policy="priority")
+    sched.informers["priorityclasses"].load([urgent])
+    sched.cycle(LATER_S)
+    assert api.evicted == []
+    assert api.bound == {}

@@ -256,8 +256,12 @@ class KubeScheduler:
             self._try(self.api.record_event, pod, "FailedScheduling", message, True)
 
     def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
+        """Forget assumed bindings the informer now shows (or that are too old), and reported messages of pods
+        that are gone or bound."""
         bound = {pod_key(p) for p in pods if p["spec"].get("nodeName")}
         self._assumed = {k: v for k, v in self._assumed.items() if k not in bound and now_s - v[1] < ASSUME_S}
+        waiting = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
+        self._reported = {uid: m for uid, m in self._reported.items() if uid in waiting}
 
     @staticmethod
     def _try(call: Any, *args: Any, **kwargs: Any) -> bool:

@@ -22,6 +22,7 @@ from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
 _TERMINAL = ("Succeeded", "Failed")
+TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
 
 
 @dataclass(slots=True)
@@ -148,10 +149,13 @@ class SnapshotReader:
             return []
 
     def _holding_job(self, pod: Obj) -> Job:
-        """A bound pod as a one-task Job of its requests and priority (what it holds, what evicting it costs)."""
+        """A bound pod as a one-task Job of its requests and priority (what it holds, what evicting it costs). A
+        pod already terminating holds its resources until it is gone but is no one's victim again: it counts as
+        of the highest priority."""
         uid = pod["metadata"]["uid"]
+        terminating = bool(pod["metadata"].get("deletionTimestamp"))
         job = self._holding_jobs.get(uid)
-        if job is None:
+        if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
             containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
                           for c in pod["spec"].get("containers") or []]
             inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
@@ -163,8 +167,8 @@ class SnapshotReader:
                 task = read_documents([(pod_key(pod), doc)]).jobs[0].task
             except FormatError:  # the API server took it; it holds nothing trimtab models
                 task = Resources()
-            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"],
-                      priority=int(pod["spec"].get("priority") or 0))
+            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
+            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
             self._holding_jobs[uid] = job
         return job
 
