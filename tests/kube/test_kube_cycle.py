@@ -209,3 +209,17 @@ def test_a_terminating_victim_is_not_evicted_again_and_still_holds_its_gpus() ->
     sched.cycle(LATER_S)
     assert api.evicted == []
     assert api.bound == {}
+
+
+def test_a_volcano_podgroup_is_a_gang_too() -> None:
+    api = FakeApi()
+    members = [gpu_pod(f"v{i}", 8, annotations={"scheduling.k8s.io/group-name": "vj"}) for i in range(3)]
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "vj", "namespace": "default", "uid": "vpg-1"}, "spec": {"minMember": 3}}
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members)
+    sched.informers["volcanopodgroups"].load([group])
+    sched.cycle(LATER_S)
+    assert api.bound == {}  # 24 GPUs asked on 16: the gang waits whole
+    sched.informers["nodes"].load([gpu_node(f"n{i}", 8) for i in range(1, 4)])
+    sched.cycle(LATER_S + 1)
+    assert sorted(api.bound.values()) == ["n1", "n2", "n3"]
