@@ -2,7 +2,7 @@
 Kubernetes reader (trimtab.formats.k8s): Ready nodes, the pods that hold capacity, and the pending pods this
 scheduler owns grouped into jobs (a pod alone, or a PodGroup's gang and followers).
 
-Owns Snapshot and take_snapshot. Each pending unit is read on its own, so one invalid pod or PodGroup is
+Owns Snapshot and SnapshotReader. Each pending unit is read on its own, so one invalid pod or PodGroup is
 reported (its pods get the reader's message) without holding up the rest."""
 
 from __future__ import annotations
@@ -36,20 +36,15 @@ class Snapshot:
     pending: list[Job] = field(default_factory=list)
     pods_of: dict[str, list[Obj]] = field(default_factory=dict)
     unreadable: list[tuple[Obj, str]] = field(default_factory=list)
-    gang_of: dict[str, str] = field(default_factory=dict)  # pod key -> the gang job it belongs to
     quotas: list[Quota] = field(default_factory=list)
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
     # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
     broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
 
 
-def pod_key(pod: Obj) -> str:
-    return object_name(pod)
-
-
-def object_name(obj: Obj) -> str:
-    meta = obj["metadata"]
-    return f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else str(meta["name"])
+def pod_key(obj: Obj) -> str:
+    """`namespace/name` of a namespaced object."""
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
 
 
 @functools.lru_cache(maxsize=65536)
@@ -91,7 +86,7 @@ class SnapshotReader:
         out = Snapshot()
         for doc in quotas:
             try:
-                out.quotas += read_documents([(f"ResourceQuota {object_name(doc)}", doc)]).quotas
+                out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas
             except FormatError:
                 continue  # a quota on resources trimtab does not model holds nothing it schedules
         node_cache, self._node_reads = self._node_reads, {}
@@ -217,8 +212,6 @@ class SnapshotReader:
             job = dataclasses.replace(job, submit_s=created, after=after)
             out.pending.append(job)
             out.pods_of[job.id] = members
-            for pod in members:
-                out.gang_of[pod_key(pod)] = job.id
 
 
 def _read_node(doc: Obj) -> Node | None:
