@@ -29,6 +29,8 @@ def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     try:
         for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
             env.apply(crd)
+        for path in ("/apis/scheduling.x-k8s.io/v1alpha1/podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups"):
+            env.wait_served(path)
         env.add_gpu_nodes(1, labels={"gpu-type": "v100", "nvidia.com/gpu.product": "v100"})
         env.add_gpu_nodes(GPU_NODES - 1, prefix="a100", labels={"gpu-type": "a100", "gpu-present": "true"})
         env.wait_nodes_ready(["gpu-0", *(f"a100-{i}" for i in range(GPU_NODES - 1))])

@@ -268,8 +268,7 @@ class KubeEnv:
                     raise RuntimeError(f"{name} exited with {proc.returncode}; its log ends:\n{log}")
             try:
                 self.request("GET", "/readyz")
-                # the default ServiceAccount must exist before pods can be created there
-                self.request("GET", "/api/v1/namespaces/default")
+                self.request("GET", "/api/v1/namespaces/default")  # made by the apiserver once it has started
                 return
             except Exception:
                 if time.monotonic() > deadline:
@@ -280,17 +279,21 @@ class KubeEnv:
     def _write_pids(self) -> None:
         (self.dir / "pids").write_text(json.dumps({n: p.pid for n, p in self.procs.items()}))
 
-    def wait_service_account(self, namespace: str = "default", timeout_s: float = 30.0) -> None:
-        """Pods are refused in a namespace until the controller-manager has made its default ServiceAccount."""
+    def wait_served(self, path: str, timeout_s: float = 30.0) -> None:
+        """Wait until the API server answers GET `path` (a CRD's kind is served a moment after it is created)."""
         deadline = time.monotonic() + timeout_s
         while True:
             try:
-                self.request("GET", f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
+                self.request("GET", path)
                 return
             except Exception:
                 if time.monotonic() > deadline:
-                    raise RuntimeError(f"no default ServiceAccount in {namespace} after {timeout_s:.0f} s") from None
+                    raise RuntimeError(f"{path} not served after {timeout_s:.0f} s") from None
                 time.sleep(0.2)
+
+    def wait_service_account(self, namespace: str = "default") -> None:
+        """Pods are refused in a namespace until the controller-manager has made its default ServiceAccount."""
+        self.wait_served(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
 
 
 _PLURALS = {"PriorityClass": "priorityclasses", "ResourceQuota": "resourcequotas", "Binding": "bindings",
