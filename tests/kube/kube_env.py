@@ -47,9 +47,36 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# Pods on kwok nodes: Running once bound; Succeeded after their trimtab.io/duration (a Go duration, e.g. "30s");
-# deleted once deleted (no kubelet waits for containers to stop).
+# kwok nodes: Ready at once, their capacity kept (kwok renews their Leases, the heartbeat the node lifecycle
+# controller reads). Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration,
+# e.g. "30s"); deleted once deleted (no kubelet waits for containers to stop).
 _STAGES = f"""
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: trimtab-node-ready}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: NotIn, values: ["True"]}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      {{{{ range NodeConditions }}}}
+      - {{type: {{{{ .type | Quote }}}}, status: {{{{ .status | Quote }}}}, reason: {{{{ .reason | Quote }}}},
+         message: {{{{ .message | Quote }}}}, lastHeartbeatTime: {{{{ $now | Quote }}}},
+         lastTransitionTime: {{{{ $now | Quote }}}}}}
+      {{{{ end }}}}
+      addresses:
+      - {{type: InternalIP, address: {{{{ NodeIP | Quote }}}}}}
+      - {{type: Hostname, address: {{{{ NodeName | Quote }}}}}}
+      allocatable:
+      {{{{ YAML .status.allocatable 1 }}}}
+      capacity:
+      {{{{ YAML .status.capacity 1 }}}}
+      phase: Running
+---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata: {{name: trimtab-pod-running}}
@@ -132,7 +159,15 @@ class KubeEnv:
     def server(self) -> str:
         return f"https://127.0.0.1:{self.api_port}"
 
-    def start(self, timeout_s: float = 90.0) -> KubeEnv:
+    def start(self, timeout_s: float = 180.0) -> KubeEnv:
+        """Start every component; on failure stop those already started and raise."""
+        try:
+            return self._start(timeout_s)
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start(self, timeout_s: float) -> KubeEnv:
         self.dir.mkdir(parents=True, exist_ok=True)
         etcd_port, peer_port = free_port(), free_port()
         self._spawn("etcd", [
@@ -146,6 +181,7 @@ class KubeEnv:
         self._spawn("kube-apiserver", [
             "--etcd-servers", f"http://127.0.0.1:{etcd_port}", "--bind-address", "127.0.0.1",
             "--advertise-address", "127.0.0.1", "--secure-port", str(self.api_port),
+            "--endpoint-reconciler-type", "none",  # the reconciler refuses a loopback advertise address
             "--cert-dir", str(self.dir / "certs"), "--token-auth-file", str(self.dir / "tokens.csv"),
             "--authorization-mode", "RBAC", "--service-cluster-ip-range", "10.96.0.0/16",
             "--service-account-issuer", "https://kubernetes.default.svc",
@@ -195,12 +231,14 @@ class KubeEnv:
 
     def request(self, method: str, path: str, body: Mapping[str, Any] | None = None,
                 content_type: str = "application/json") -> Any:
-        """One call to the API server as the admin; the decoded JSON answer. Raises urllib's HTTPError."""
+        """One call to the API server as the admin; the decoded JSON answer (text for the health paths). Raises
+        urllib's HTTPError."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(self.server + path, data=data, method=method,
                                      headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type})
         with urllib.request.urlopen(req, context=_insecure(), timeout=30) as resp:
-            return json.loads(resp.read() or b"null")
+            answer = resp.read()
+            return json.loads(answer) if resp.headers.get_content_type() == "application/json" else answer.decode()
 
     def apply(self, obj: Mapping[str, Any]) -> Any:
         """Create one object (core, scheduling.k8s.io, policy or a CRD's group) from its manifest."""

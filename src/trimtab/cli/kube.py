@@ -48,6 +48,8 @@ def kube_cmd(
 
     logging.basicConfig(level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    for chatty in ("httpx", "httpx2"):  # a line per request would bury what matters
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         profile = Profile.load(policy)
         api = KubeApi.connect(kubeconfig, scheduler_name)
