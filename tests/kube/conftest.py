@@ -42,11 +42,12 @@ def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 
 @pytest.fixture(scope="module")
 def trimtab_kube(kube_env: KubeEnv) -> Iterator[subprocess.Popen[bytes]]:
-    """`trimtab kube` for the environment, as a user runs it; its log is kube_env.dir/trimtab-kube.log."""
+    """`trimtab kube` for the environment, as a user runs it (default policy, leader election on); its log is
+    kube_env.dir/trimtab-kube.log."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
     with open(kube_env.dir / "trimtab-kube.log", "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "trimtab.cli", "kube", "--kubeconfig", str(kube_env.kubeconfig),
-                                 "--policy", "fifo", "--resync-s", "1", "-v"], stdout=log, stderr=subprocess.STDOUT,
+                                 "--resync-s", "1", "-v"], stdout=log, stderr=subprocess.STDOUT,
                                 env=env)
     time.sleep(0.5)
     yield proc
