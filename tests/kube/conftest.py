@@ -3,18 +3,13 @@ binaries are not built) and a `trimtab kube` process scheduling for it."""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import yaml
-from kube_env import KubeEnv, bin_dir, missing_binaries
+from kube_env import ROOT, KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
 
-ROOT = Path(__file__).resolve().parents[2]
 GPU_NODES = 3  # kwok nodes of 8 GPUs; v100 on gpu-0, a100 on the others
 
 
@@ -42,18 +37,7 @@ def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
 
 @pytest.fixture(scope="module")
 def trimtab_kube(kube_env: KubeEnv) -> Iterator[subprocess.Popen[bytes]]:
-    """`trimtab kube` for the environment, as a user runs it (default policy, leader election on); its log is
-    kube_env.dir/trimtab-kube.log."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    with open(kube_env.dir / "trimtab-kube.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "trimtab.cli", "kube", "--kubeconfig", str(kube_env.kubeconfig),
-                                 "--resync-s", "1", "-v"], stdout=log, stderr=subprocess.STDOUT,
-                                env=env)
-    time.sleep(0.5)
+    """`trimtab kube` under its default policy, leader election on, scheduling `schedulerName: trimtab`."""
+    proc = run_trimtab_kube(kube_env)
     yield proc
-    proc.terminate()
-    try:
-        proc.wait(10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
+    stop_process(proc)

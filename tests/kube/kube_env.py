@@ -25,6 +25,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+ROOT = Path(__file__).resolve().parents[2]
 RELEASE = "v1.37.2"  # tools/kube-env/go.mod and build.sh pin the same
 BINARIES = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 KWOK_NODE = {"kwok.x-k8s.io/node": "fake"}  # the annotation kwok manages nodes by
@@ -253,7 +254,7 @@ class KubeEnv:
         return self.request("POST", f"{base}/{plural}", obj)
 
     def add_gpu_nodes(self, count: int, gpus: int = 8, *, prefix: str = "gpu", labels: Mapping[str, str] | None = None,
-                      cpu: str = "64", memory: str = "512Gi") -> list[str]:
+                      taints: Sequence[Mapping[str, str]] = (), cpu: str = "64", memory: str = "512Gi") -> list[str]:
         """Create `count` kwok nodes with `gpus` allocatable nvidia.com/gpu each; their names."""
         names = [f"{prefix}-{i}" for i in range(count)]
         for name in names:
@@ -261,6 +262,7 @@ class KubeEnv:
             self.apply({"apiVersion": "v1", "kind": "Node",
                         "metadata": {"name": name, "annotations": dict(KWOK_NODE),
                                      "labels": {"kubernetes.io/hostname": name, "type": "kwok", **(labels or {})}},
+                        "spec": {"taints": [dict(t) for t in taints]},
                         "status": {"capacity": capacity, "allocatable": capacity}})
         return names
 
@@ -334,7 +336,26 @@ class KubeEnv:
         self.wait_served(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
 
 
-_PLURALS = {"PriorityClass": "priorityclasses", "ResourceQuota": "resourcequotas", "Binding": "bindings",
+def run_trimtab_kube(kube_env: KubeEnv, *args: str) -> subprocess.Popen[bytes]:
+    """`trimtab kube` for the environment, as a user runs it; its log is kube_env.dir/trimtab-kube<args>.log."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    name = "trimtab-kube" + "".join(a.strip("-") for a in args)
+    with open(kube_env.dir / f"{name}.log", "wb") as log:
+        return subprocess.Popen([sys.executable, "-m", "trimtab.cli", "kube", "--kubeconfig", str(kube_env.kubeconfig),
+                                 "--resync-s", "1", "--endpoints", "", "-v", *args], stdout=log,
+                                stderr=subprocess.STDOUT, env=env)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+_PLURALS = {"PriorityClass": "priorityclasses", "ResourceQuota": "resourcequotas",
             "PodDisruptionBudget": "poddisruptionbudgets", "CustomResourceDefinition": "customresourcedefinitions"}
 
 

@@ -1,6 +1,7 @@
 """`trimtab kube` against a real kube-apiserver with KWOK nodes of 8 GPUs: a pod that opts in is bound, runs and
 completes; a pod it cannot place says why (PodScheduled=False / Unschedulable, a FailedScheduling Event); a gang
-binds whole, and one too large for the cluster binds not at all."""
+binds whole, and one too large for the cluster binds not at all; a higher-priority pod evicts a lower one
+through the Eviction API, which a PodDisruptionBudget holds back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_env import KubeEnv
+from kube_env import KubeEnv, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
 
 pytestmark = pytest.mark.kube
@@ -77,3 +78,34 @@ def test_a_gang_binds_whole_and_one_too_large_not_at_all(kube_env: KubeEnv, trim
         assert condition["reason"] == "Unschedulable"
         assert "gang default/huge starts only with all 4 pods placed" in condition["message"]
         assert not get_pod(kube_env, f"huge-{i}")["spec"].get("nodeName")
+
+
+def test_a_higher_priority_pod_evicts_through_the_eviction_api_and_a_pdb_holds(kube_env: KubeEnv) -> None:
+    """A second trimtab (scheduler name trimtab-prio, policy priority) on a tainted 4-GPU node of its own."""
+    kube_env.add_gpu_nodes(1, gpus=4, prefix="prio", labels={"pool": "prio"}, taints=[POOL_TAINT])
+    kube_env.wait_nodes_ready(["prio-0"])
+    kube_env.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+                    "value": 1000})
+    proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-prio", "--policy", "priority")
+    try:
+        pool = {"nodeSelector": {"pool": "prio"}, "tolerations": [{**POOL_TAINT, "operator": "Equal"}]}
+        low = gpu_pod("low", 4, scheduler="trimtab-prio", **pool)
+        low["metadata"]["labels"]["app"] = "low"
+        create_pod(kube_env, low)
+        wait_for("low bound", lambda: get_pod(kube_env, "low")["spec"].get("nodeName") == "prio-0")
+        kube_env.apply({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "keep-low"},
+                        "spec": {"minAvailable": 1, "selector": {"matchLabels": {"app": "low"}}}})
+        create_pod(kube_env, gpu_pod("high", 4, scheduler="trimtab-prio", priorityClassName="urgent", **pool))
+        wait_for("high nominated", lambda: get_pod(kube_env, "high")["status"].get("nominatedNodeName") == "prio-0")
+        time.sleep(3)  # cycles go on: the budget refuses every eviction (429)
+        assert get_pod(kube_env, "low")["spec"].get("nodeName") == "prio-0"
+        assert not get_pod(kube_env, "low")["metadata"].get("deletionTimestamp")
+        assert not get_pod(kube_env, "high")["spec"].get("nodeName")
+        kube_env.request("DELETE", "/apis/policy/v1/namespaces/default/poddisruptionbudgets/keep-low")
+        wait_for("high bound once low is evicted",
+                 lambda: get_pod(kube_env, "high")["spec"].get("nodeName") == "prio-0", timeout_s=60)
+    finally:
+        stop_process(proc)
+
+
+POOL_TAINT = {"key": "pool", "value": "prio", "effect": "NoSchedule"}
