@@ -336,11 +336,10 @@ class KubeEnv:
         self.wait_served(f"/api/v1/namespaces/{namespace}/serviceaccounts/default")
 
 
-def run_trimtab_kube(kube_env: KubeEnv, *args: str) -> subprocess.Popen[bytes]:
-    """`trimtab kube` for the environment, as a user runs it; its log is kube_env.dir/trimtab-kube<args>.log."""
+def run_trimtab_kube(kube_env: KubeEnv, *args: str, log_name: str = "trimtab-kube") -> subprocess.Popen[bytes]:
+    """`trimtab kube` for the environment, as a user runs it; its log is kube_env.dir/<log_name>.log."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    name = "trimtab-kube" + "".join(a.strip("-") for a in args)
-    with open(kube_env.dir / f"{name}.log", "wb") as log:
+    with open(kube_env.dir / f"{log_name}.log", "wb") as log:
         return subprocess.Popen([sys.executable, "-m", "trimtab.cli", "kube", "--kubeconfig", str(kube_env.kubeconfig),
                                  "--resync-s", "1", "--endpoints", "", "-v", *args], stdout=log,
                                 stderr=subprocess.STDOUT, env=env)

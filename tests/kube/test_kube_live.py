@@ -86,7 +86,8 @@ def test_a_higher_priority_pod_evicts_through_the_eviction_api_and_a_pdb_holds(k
     kube_env.wait_nodes_ready(["prio-0"])
     kube_env.apply({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
                     "value": 1000})
-    proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-prio", "--policy", "priority")
+    proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-prio", "--policy", "priority",
+                            log_name="trimtab-prio")
     try:
         pool = {"nodeSelector": {"pool": "prio"}, "tolerations": [{**POOL_TAINT, "operator": "Equal"}]}
         low = gpu_pod("low", 4, scheduler="trimtab-prio", **pool)
@@ -106,6 +107,51 @@ def test_a_higher_priority_pod_evicts_through_the_eviction_api_and_a_pdb_holds(k
                  lambda: get_pod(kube_env, "high")["spec"].get("nodeName") == "prio-0", timeout_s=60)
     finally:
         stop_process(proc)
+
+
+def test_the_standby_takes_over_when_the_leader_is_killed(kube_env: KubeEnv) -> None:
+    """Two replicas (scheduler name trimtab-ha) on four 8-GPU nodes of their own; SIGKILL the leader between two
+    bursts of gangs: the standby takes the Lease within its duration and binds the rest, every pod once, no gang
+    left half-bound."""
+    taint = {"key": "pool", "value": "ha", "effect": "NoSchedule"}
+    names = kube_env.add_gpu_nodes(4, prefix="ha", labels={"pool": "ha"}, taints=[taint])
+    kube_env.wait_nodes_ready(names)
+    args = ("--scheduler-name", "trimtab-ha", "--lease-namespace", "default")
+    replicas = [run_trimtab_kube(kube_env, *args, log_name=f"trimtab-ha-{i}") for i in range(2)]
+    pool = {"nodeSelector": {"pool": "ha"}, "tolerations": [{**taint, "operator": "Equal"}]}
+
+    def burst(first: int) -> list[str]:
+        pods = []
+        for g in range(first, first + 4):
+            kube_env.apply(pod_group(f"ha-{g}", 4))
+            for i in range(4):
+                pods.append(f"ha-{g}-{i}")
+                create_pod(kube_env, gpu_pod(pods[-1], 1, scheduler="trimtab-ha", group=f"ha-{g}", **pool))
+        return pods
+
+    def bound(pods: list[str]) -> bool:
+        return all(get_pod(kube_env, p)["spec"].get("nodeName") for p in pods)
+
+    try:
+        leader_log = wait_for("a leader", lambda: next(
+            (i for i in range(2) if "leading as" in (kube_env.dir / f"trimtab-ha-{i}.log").read_text()), None)
+            is not None)
+        assert leader_log
+        leader = next(i for i in range(2) if "leading as" in (kube_env.dir / f"trimtab-ha-{i}.log").read_text())
+        first = burst(0)
+        wait_for("the first burst bound", lambda: bound(first))
+        replicas[leader].kill()  # SIGKILL: the Lease is left to expire
+        killed_at = time.monotonic()
+        second = burst(4)
+        wait_for("the second burst bound by the standby", lambda: bound(second), timeout_s=60)
+        assert time.monotonic() - killed_at < 15 + 15  # the lease duration, and a cycle's margin on a busy machine
+        events = kube_env.request("GET", "/api/v1/namespaces/default/events?fieldSelector=reason=Scheduled")
+        scheduled = [e["involvedObject"]["name"] for e in events["items"] if e["involvedObject"]["name"]
+                     .startswith("ha-")]
+        assert sorted(scheduled) == sorted(first + second)  # each pod bound once, by one replica
+    finally:
+        for proc in replicas:
+            stop_process(proc)
 
 
 POOL_TAINT = {"key": "pool", "value": "prio", "effect": "NoSchedule"}
