@@ -133,14 +133,12 @@ def test_the_standby_takes_over_when_the_leader_is_killed(kube_env: KubeEnv) -> 
         return all(get_pod(kube_env, p)["spec"].get("nodeName") for p in pods)
 
     try:
-        leader_log = wait_for("a leader", lambda: next(
-            (i for i in range(2) if "leading as" in (kube_env.dir / f"trimtab-ha-{i}.log").read_text()), None)
-            is not None)
-        assert leader_log
-        leader = next(i for i in range(2) if "leading as" in (kube_env.dir / f"trimtab-ha-{i}.log").read_text())
+        leader = wait_for("a leader", lambda: next(
+            (f"trimtab-ha-{i}" for i in range(2) if "leading as" in (kube_env.dir / f"trimtab-ha-{i}.log").read_text()),
+            None))
         first = burst(0)
         wait_for("the first burst bound", lambda: bound(first))
-        replicas[leader].kill()  # SIGKILL: the Lease is left to expire
+        replicas[int(leader[-1])].kill()  # SIGKILL: the Lease is left to expire
         killed_at = time.monotonic()
         second = burst(4)
         wait_for("the second burst bound by the standby", lambda: bound(second), timeout_s=60)
