@@ -365,14 +365,29 @@ def _insecure() -> ssl.SSLContext:
     return ctx
 
 
-def _stop_from_pids(workdir: Path) -> None:
-    """Stop the processes a `start` from the command line left running, by the pids it wrote."""
-    pids = json.loads((workdir / "pids").read_text())
-    for pid in reversed(list(pids.values())):
+def _stop_from_pids(workdir: Path, grace_s: float = 15.0) -> None:
+    """Stop the processes a `start` from the command line left running, by the pids it wrote: SIGTERM, then
+    SIGKILL for those still alive after `grace_s`."""
+    pids = list(json.loads((workdir / "pids").read_text()).values())
+    for pid in reversed(pids):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while pids and time.monotonic() < deadline:
+        pids = [pid for pid in pids if _alive(pid)]
+        time.sleep(0.2)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
     (workdir / "pids").unlink()
 
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 if __name__ == "__main__":
     if len(sys.argv) not in (3, 4) or sys.argv[1] not in ("start", "stop"):
