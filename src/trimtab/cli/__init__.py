@@ -11,7 +11,7 @@ import shutil
 import typer
 from typer import rich_utils
 
-from trimtab.cli import bench, config, daemon, serve, sim
+from trimtab.cli import bench, config, daemon, kube, serve, sim
 
 HELP_MIN_WIDTH = 120
 """Help is laid out at least this wide: Typer takes the terminal's width, 80 columns when output goes to a pipe or a
@@ -28,3 +28,4 @@ app.add_typer(daemon.commands)
 app.add_typer(serve.commands)
 app.add_typer(config.commands)
 app.add_typer(bench.commands, name="bench")
+app.add_typer(kube.commands)

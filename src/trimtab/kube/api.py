@@ -1,0 +1,162 @@
+"""The seam to the Kubernetes API server, over lightkube: the kinds trimtab watches and the writes a scheduler makes.
+
+Owns KubeApi: list and watch of a kind as plain dicts (the shape the manifest reader reads), and the writes
+(pods/binding, the PodScheduled condition, Events, the Eviction API). Everything else in trimtab.kube speaks to
+the cluster through it, so a test can stand a fake in its place."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from lightkube import ALL_NS, ApiError, Client, KubeConfig
+from lightkube.core.resource import Resource
+from lightkube.generic_resource import create_namespaced_resource
+from lightkube.models.core_v1 import EventSource, ObjectReference
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import (
+    Event,
+    Namespace,
+    Node,
+    Pod,
+    PodBinding,
+    PodEviction,
+    PodStatus,
+    ResourceQuota,
+)
+from lightkube.resources.scheduling_v1 import PriorityClass
+from lightkube.types import PatchType
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """A kind trimtab watches: its lightkube resource, and the apiVersion/kind its list items are given (list
+    responses leave them out; the reader needs them)."""
+
+    name: str
+    resource: type[Resource]
+    api_version: str
+    kind: str
+    namespaced: bool
+
+
+KINDS: dict[str, Kind] = {k.name: k for k in (
+    Kind("nodes", Node, "v1", "Node", False),
+    Kind("pods", Pod, "v1", "Pod", True),
+    Kind("priorityclasses", PriorityClass, "scheduling.k8s.io/v1", "PriorityClass", False),
+    Kind("namespaces", Namespace, "v1", "Namespace", False),
+    Kind("resourcequotas", ResourceQuota, "v1", "ResourceQuota", True),
+    Kind("podgroups", create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
+         "scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
+    Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",
+                                                        "podgroups"),
+         "scheduling.volcano.sh/v1beta1", "PodGroup", True),
+)}
+
+
+def now_rfc3339() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class KubeApi:
+    """One API client for one scheduler. Calls raise lightkube's ApiError (`.status.code`: 404 kind or object
+    absent, 409 conflict such as a pod already bound, 410 a watch's resourceVersion too old, 429 an eviction a
+    PodDisruptionBudget refuses) or httpx errors when the server cannot be reached; callers decide what each
+    means to them."""
+
+    def __init__(self, client: Client, scheduler_name: str) -> None:
+        self.client = client
+        self.scheduler_name = scheduler_name
+
+    @classmethod
+    def connect(cls, kubeconfig: str | None, scheduler_name: str) -> KubeApi:
+        """From a kubeconfig file, or from the pod's service account when `kubeconfig` is None."""
+        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
+        return cls(Client(config=config, field_manager=scheduler_name), scheduler_name)
+
+    # ------------------------------------------------------------------------------------------- reads
+
+    def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
+        """Every object of `kind` as dicts, and the collection's resourceVersion to watch from."""
+        found = self.client.list(kind.resource, namespace=ALL_NS) if kind.namespaced \
+            else self.client.list(kind.resource)
+        items = [self._plain(kind, obj) for obj in found]
+        return items, found.resourceVersion  # set once iterated, an empty collection included
+
+    def watch(self, kind: Kind, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
+        """(event type, object) from `resource_version` on, until the server ends the watch after `timeout_s`.
+        A version too old raises ApiError 410: the caller lists again."""
+        args: dict[str, Any] = {"namespace": ALL_NS} if kind.namespaced else {}
+        watch = self.client.watch(kind.resource, resource_version=resource_version, server_timeout=timeout_s,
+                                  **args)
+        for event, obj in watch:
+            yield event, self._plain(kind, obj)
+
+    @staticmethod
+    def _plain(kind: Kind, obj: Any) -> dict[str, Any]:
+        data: dict[str, Any] = obj.to_dict()
+        data["apiVersion"], data["kind"] = kind.api_version, kind.kind
+        return data
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """The Lease as a dict, or None when there is none."""
+        try:
+            return self.client.get(Lease, name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
+        except ApiError as exc:
+            if exc.status.code == 404:
+                return None
+            raise
+
+    def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
+        """Create the Lease (`resource_version` None) or replace the version read; 409 when another wrote first."""
+        meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if resource_version is None:
+            self.client.create(Lease.from_dict({"metadata": meta, "spec": spec}))
+        else:
+            meta["resourceVersion"] = resource_version
+            self.client.replace(Lease.from_dict({"metadata": meta, "spec": spec}))
+
+    # ------------------------------------------------------------------------------------------- writes
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Bind a pod through pods/binding (the API server refuses a second binding with 409)."""
+        binding = PodBinding(metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
+                             target=ObjectReference(apiVersion="v1", kind="Node", name=node))
+        # the server answers a Status, not the Binding lightkube decodes: a decoding error here means bound
+        with contextlib.suppress(msgspec.ValidationError):
+            self.client.create(binding, name=name, namespace=namespace)
+
+    def evict(self, namespace: str, name: str) -> None:
+        """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
+        self.client.create(PodEviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name,
+                           namespace=namespace)
+
+    def mark_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        """Set the pod's PodScheduled condition to False, reason Unschedulable, as kube-scheduler does."""
+        condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
+                     "lastTransitionTime": now_rfc3339(), "lastProbeTime": None}
+        self.client.patch(PodStatus, name, {"status": {"conditions": [condition]}}, namespace=namespace,
+                          patch_type=PatchType.STRATEGIC)
+
+    def nominate(self, namespace: str, name: str, node: str) -> None:
+        """Set a preemptor's status.nominatedNodeName while its victims terminate."""
+        self.client.patch(PodStatus, name, {"status": {"nominatedNodeName": node}}, namespace=namespace,
+                          patch_type=PatchType.STRATEGIC)
+
+    def record_event(self, pod: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        """A core/v1 Event about `pod` (what `kubectl describe pod` lists under Events)."""
+        meta = pod["metadata"]
+        stamp = now_rfc3339()
+        event = Event(
+            metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=meta["namespace"]),
+            involvedObject=ObjectReference(apiVersion="v1", kind="Pod", name=meta["name"],
+                                           namespace=meta["namespace"], uid=meta.get("uid")),
+            reason=reason, message=message, type="Warning" if warning else "Normal",
+            source=EventSource(component=self.scheduler_name), firstTimestamp=stamp, lastTimestamp=stamp, count=1,
+            reportingComponent=self.scheduler_name)
+        self.client.create(event, namespace=meta["namespace"])

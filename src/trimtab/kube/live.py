@@ -1,0 +1,299 @@
+"""The live scheduler of a Kubernetes cluster: informers -> snapshot -> the Scheduler's cycle -> the API.
+
+Owns KubeScheduler. Each cycle reads a Snapshot, runs the same Scheduler and Profile as simulation and serve over
+it, and applies the Decision as Kubernetes expects of a scheduler: pods/binding for starts (a gang all or nothing:
+a bind that fails midway evicts the members already bound and the gang is tried again), the Eviction API for
+preemption victims (the preemptor waits, nominated, until they are gone), and PodScheduled=False / Unschedulable
+with an Event naming what blocked each pod it cannot place."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from lightkube import ApiError
+
+from trimtab.cluster import Allocation, ClusterState
+from trimtab.formats.k8s import Manifests
+from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.informer import Informer
+from trimtab.kube.leader import LeaderElector
+from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
+from trimtab.model import Job
+from trimtab.policy import Status
+from trimtab.profile import Profile, profile_for_manifests
+from trimtab.scheduler import Scheduler
+
+log = logging.getLogger(__name__)
+
+ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
+
+
+@dataclass(slots=True)
+class CycleReport:
+    """One cycle, for observers (metrics): its wall time; jobs bound whole, left pending (with the reason
+    written on their pods), rolled back; pending jobs per namespace; GPUs per Ready node, and those held by bound
+    pods at the start of the cycle."""
+
+    seconds: float = 0.0
+    scheduled: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+    pending_by_tenant: dict[str, int] = field(default_factory=dict)
+    gpus_total: dict[str, int] = field(default_factory=dict)
+    gpus_allocated: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class Counters:
+    """What the scheduler has done since it started."""
+
+    cycles: int = 0
+    bound: int = 0
+    unschedulable: int = 0
+    gang_rollbacks: int = 0
+    evicted: int = 0
+
+
+class KubeScheduler:
+    """Schedules the pods whose spec.schedulerName is the API's scheduler name. `run(stop)` blocks until `stop`
+    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly)."""
+
+    def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
+        self.api = api
+        self.profile = profile
+        self.resync_s = resync_s
+        self.batch_s = batch_s
+        self.counters = Counters()
+        self.cycle_observers: list[Callable[[CycleReport], None]] = []
+        self.ready = threading.Event()  # set once every informer has listed
+        self.reader = SnapshotReader(api.scheduler_name)
+        self._wake = threading.Event()
+        self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
+        self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
+        self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
+        self._composed, self._composed_key = profile, ("", False, False)
+
+    def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
+        """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
+        informers of a standby stay warm, so it takes over with a current view)."""
+        for informer in self.informers.values():
+            informer.start()
+        for informer in self.informers.values():
+            while not informer.synced.wait(0.5):
+                if stop.is_set():
+                    return
+        self.ready.set()
+        while not stop.is_set():
+            if leader is not None and not leader.leading.wait(1.0):
+                self._assumed.clear()  # a new term starts from what the cluster shows
+                continue
+            self._wake.wait(self.resync_s)
+            if stop.is_set() or (leader is not None and not leader.leading.is_set()):
+                continue
+            time.sleep(self.batch_s)  # let a burst of events arrive before reading them
+            self._wake.clear()
+            try:
+                self.cycle(time.time())
+            except Exception:  # one bad cycle must not stop the scheduler; the next reads afresh
+                log.exception("scheduling cycle failed")
+        for informer in self.informers.values():
+            informer.stop()
+
+    def cycle(self, now_s: float) -> CycleReport:
+        started = time.perf_counter()
+        items = {name: informer.items() for name, informer in self.informers.items()}
+        self._expire_assumed(items["pods"], now_s)
+        snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
+                                items["priorityclasses"], items["namespaces"], items["resourcequotas"],
+                                {k: node for k, (node, _) in self._assumed.items()})
+        report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
+        for job, node, _ in snap.holding:
+            report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
+        for job in snap.pending:
+            report.pending_by_tenant[job.tenant] = report.pending_by_tenant.get(job.tenant, 0) + 1
+        for pod, message in snap.unreadable:
+            self._report(pod, message)
+        for gang, pods in snap.broken_gangs.items():
+            self._restart_gang(gang, pods)
+        if snap.pending:
+            self._schedule(snap, now_s, report)
+        self.counters.cycles += 1
+        report.seconds = time.perf_counter() - started
+        for observe in self.cycle_observers:
+            observe(report)
+        return report
+
+    # ------------------------------------------------------------------------------------------- one cycle
+
+    def _schedule(self, snap: Snapshot, now_s: float, report: CycleReport) -> None:
+        if not snap.nodes:
+            for job in snap.pending:
+                self._report_job(snap, job, "0/0 nodes are available: the cluster has no Ready node")
+            report.unschedulable = len(snap.pending)
+            return
+        scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
+        index = scheduler.cluster.index
+        holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
+        for job, node, start_s in snap.holding:
+            try:
+                scheduler.adopt(job, Allocation(np.array([index[node]]), np.ones(1, dtype=np.int64), job.task),
+                                start_s)
+                holders[job.id] = node
+            except ValueError:  # bound beyond what trimtab models (another scheduler's overcommit): skip it
+                continue
+        for job in snap.pending:
+            scheduler.submit(job, now_s)
+        decision = scheduler.cycle(now_s)
+        freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
+        self._evict_victims(decision.preemptions)
+        acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
+        for job, alloc in decision.starts:
+            nodes = [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
+                     for _ in range(int(c))]
+            acted.add(job.id)
+            if freed_nodes.intersection(nodes):
+                self._nominate(snap, job, nodes)
+            elif self._bind_gang(snap, job, nodes, now_s):
+                report.scheduled += 1
+            else:
+                report.errors += 1
+        for job in snap.pending:
+            if job.id not in acted:
+                report.unschedulable += 1
+                self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
+                                                                  now_s))
+
+    def _profile_for(self, snap: Snapshot) -> Profile:
+        """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
+        them (quotas as admission, the min-member rule of gangs with followers, PreferNoSchedule taints scored);
+        composed again only when what it depends on changes."""
+        key = (repr([q.as_args() for q in snap.quotas]), any(job.after for job in snap.pending),
+               any(t.effect == "PreferNoSchedule" for node in snap.nodes for t in node.taints))
+        if key != self._composed_key:
+            manifests = Manifests(nodes=snap.nodes, jobs=snap.pending, quotas=snap.quotas, launches=snap.launches)
+            self._composed, warnings = profile_for_manifests(self.profile, manifests)
+            self._composed_key = key
+            for warning in warnings:
+                log.warning("%s", warning)
+        return self._composed
+
+    def _bind_gang(self, snap: Snapshot, job: Job, nodes: list[str], now_s: float) -> bool:
+        """Bind every pod of `job` to its node, in order; if one bind fails, evict those already bound (the gang
+        is tried again once they are gone). True: all bound."""
+        pods = snap.pods_of[job.id]
+        done: list[dict[str, Any]] = []
+        for pod, node in zip(pods, nodes, strict=True):
+            meta = pod["metadata"]
+            try:
+                self.api.bind(meta["namespace"], meta["name"], meta["uid"], node)
+            except ApiError as exc:
+                self._roll_back(job, done, pod, exc)
+                return False
+            self._assumed[pod_key(pod)] = (node, now_s)
+            done.append(pod)
+        self.counters.bound += len(done)
+        for pod, node in zip(pods, nodes, strict=True):
+            self._reported.pop(pod["metadata"]["uid"], None)
+            self._try(self.api.record_event, pod, "Scheduled",
+                      f"Successfully assigned {pod_key(pod)} to {node}")
+        return True
+
+    def _roll_back(self, job: Job, done: list[dict[str, Any]], failed: dict[str, Any], exc: ApiError) -> None:
+        why = f"binding {pod_key(failed)} failed ({exc.status.code}: {exc.status.message})"
+        log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
+        self.counters.gang_rollbacks += 1
+        for pod in done:
+            self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
+            self._assumed.pop(pod_key(pod), None)
+            self._try(self.api.record_event, pod, "FailedScheduling",
+                      f"trimtab: gang {job.id} rolled back: {why}", True)
+
+    def _restart_gang(self, gang: str, pods: list[dict[str, Any]]) -> None:
+        """A gang that lost a member with its node: evict every member, so its controller recreates the gang
+        and it starts again whole (a gang's members run together or not at all)."""
+        log.warning("gang %s lost a member with its node; evicting its %d members", gang, len(pods))
+        for pod in pods:
+            if self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
+                self.counters.evicted += 1
+                self._try(self.api.record_event, pod, "GangRestarted", f"trimtab: gang {gang} lost a member with "
+                          f"its node ({pod['spec'].get('nodeName')}), restarted whole", True)
+
+    def _evict_victims(self, victims: list[str]) -> None:
+        by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
+        for job_id in victims:
+            pod = by_uid.get(job_id.removeprefix("bound:"))
+            if pod is not None and self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
+                self.counters.evicted += 1
+                self._try(self.api.record_event, pod, "Preempted", "trimtab: preempted by a higher-priority job",
+                          True)
+
+    def _nominate(self, snap: Snapshot, job: Job, nodes: list[str]) -> None:
+        for pod, node in zip(snap.pods_of[job.id], nodes, strict=True):
+            meta = pod["metadata"]
+            self._try(self.api.nominate, meta["namespace"], meta["name"], node)
+
+    # ------------------------------------------------------------------------------------------- reports
+
+    def _report_job(self, snap: Snapshot, job: Job, message: str) -> None:
+        for pod in snap.pods_of[job.id]:
+            self._report(pod, message)
+
+    def _report(self, pod: dict[str, Any], message: str) -> None:
+        """PodScheduled=False / Unschedulable with `message`, and a FailedScheduling Event, once per message."""
+        uid = pod["metadata"]["uid"]
+        if self._reported.get(uid) == message:
+            return
+        meta = pod["metadata"]
+        if self._try(self.api.mark_unschedulable, meta["namespace"], meta["name"], message):
+            self._reported[uid] = message
+            self.counters.unschedulable += 1
+            self._try(self.api.record_event, pod, "FailedScheduling", message, True)
+
+    def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
+        """Forget assumed bindings the informer now shows (or that are too old), and reported messages of pods
+        that are gone or bound."""
+        bound = {pod_key(p) for p in pods if p["spec"].get("nodeName")}
+        self._assumed = {k: v for k, v in self._assumed.items() if k not in bound and now_s - v[1] < ASSUME_S}
+        waiting = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
+        self._reported = {uid: m for uid, m in self._reported.items() if uid in waiting}
+
+    @staticmethod
+    def _try(call: Any, *args: Any, **kwargs: Any) -> bool:
+        """A write whose failure is logged, not raised (the next cycle sees the cluster as it is)."""
+        try:
+            call(*args, **kwargs)
+            return True
+        except Exception as exc:
+            log.warning("%s failed: %s", getattr(call, "__name__", call), exc)
+            return False
+
+
+def unschedulable_message(scheduler: Scheduler, job: Job, status: Status | None, now_s: float) -> str:
+    """Why `job` was not placed this cycle, in kube-scheduler's words where they fit ("0/N nodes are available:
+    ..."), with trimtab's own reason (the admission plugin that held it, the gang that must start whole)."""
+    cluster = scheduler.cluster
+    n = len(cluster)
+    ctx = scheduler.context(now_s)
+    matching = int(scheduler.framework.node_mask(job, ctx).sum())
+    placeable = int(np.minimum(scheduler.framework.feasible(job, ctx), job.tasks).sum())
+    what = f"{job.tasks} pods" if job.tasks > 1 else "the pod"
+    if status is not None and not status.success and status.plugin:
+        return f"trimtab: held by {status.plugin}: {status.reason}"
+    if matching == 0:
+        return (f"0/{n} nodes are available: none matches the pod's node selector, affinity, tolerations or GPU "
+                "model (trimtab)")
+    gang = f"; gang {job.id} starts only with all {job.tasks} pods placed" if job.tasks > 1 else ""
+    if placeable >= job.tasks:
+        return f"trimtab: waiting its turn under policy {scheduler.profile.name}{gang}"
+    task = job.task
+    asks = ", ".join(f"{amount}{unit}" for amount, unit in ((task.gpus, " nvidia.com/gpu"), (task.cpu_milli, "m cpu"),
+                                                             (task.mem_mib, "Mi memory")) if amount) or "nothing"
+    return (f"0/{n} nodes are available: {matching} match the pod's constraints, their free resources hold "
+            f"{placeable} of {what} asking {asks}{' each' if job.tasks > 1 else ''}{gang} (trimtab)")
+

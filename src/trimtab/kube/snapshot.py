@@ -1,0 +1,256 @@
+"""What the cluster looks like to the scheduler at one instant, read from the informers' objects with the one
+Kubernetes reader (trimtab.formats.k8s): Ready nodes, the pods that hold capacity, and the pending pods this
+scheduler owns grouped into jobs (a pod alone, or a PodGroup's gang and followers).
+
+Owns Snapshot and SnapshotReader. Each pending unit is read on its own, so one invalid pod or PodGroup is
+reported (its pods get the reader's message) without holding up the rest."""
+
+from __future__ import annotations
+
+import calendar
+import dataclasses
+import functools
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from trimtab.formats import FormatError
+from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
+from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
+from trimtab.model import Job, Node, Resources
+
+Obj = dict[str, Any]
+_TERMINAL = ("Succeeded", "Failed")
+TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """`nodes` (Ready ones, in name order); `holding[i]` = (one-pod Job, node name, start time in epoch seconds)
+    for every pod bound to a Ready node and not finished; `pending` the jobs to schedule, with `pods_of[job.id]`
+    their pods in task order; `unreadable` the pending pods the reader refused, with its message."""
+
+    nodes: list[Node] = field(default_factory=list)
+    holding: list[tuple[Job, str, float]] = field(default_factory=list)
+    pending: list[Job] = field(default_factory=list)
+    pods_of: dict[str, list[Obj]] = field(default_factory=dict)
+    unreadable: list[tuple[Obj, str]] = field(default_factory=list)
+    quotas: list[Quota] = field(default_factory=list)
+    launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
+    # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
+    broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
+
+
+def pod_key(obj: Obj) -> str:
+    """`namespace/name` of a namespaced object."""
+    return f"{obj['metadata']['namespace']}/{obj['metadata']['name']}"
+
+
+@functools.lru_cache(maxsize=65536)
+def _stamp_s(stamp: str) -> float:
+    return float(calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S")))
+
+
+def epoch_s(stamp: str | None) -> float:
+    """An RFC 3339 timestamp as the API server writes it ("2026-12-02T01:19:27Z"), in epoch seconds."""
+    return _stamp_s(stamp) if stamp else time.time()
+
+
+def pod_group(pod: Obj) -> str | None:
+    """The PodGroup a pod names (Volcano's annotation or the coscheduling label), as the reader reads it."""
+    meta = pod["metadata"]
+    return (meta.get("annotations") or {}).get(VOLCANO_GROUP) or (meta.get("labels") or {}).get(COSCHED_GROUP)
+
+
+def node_ready(node: Obj) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class SnapshotReader:
+    """Reads snapshots for scheduler `scheduler_name`. Keeps the one-pod Jobs of bound pods by uid between
+    snapshots (a bound pod's requests do not change), so a snapshot reads only what is new."""
+
+    def __init__(self, scheduler_name: str) -> None:
+        self.scheduler_name = scheduler_name
+        self._holding_jobs: dict[str, Job] = {}
+        # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
+        # same pending pods, and reading one costs far more than comparing versions
+        self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
+        self._node_reads: dict[tuple[str, str, str], Node | None] = {}  # the same, of Ready nodes
+
+    def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
+             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str]) -> Snapshot:
+        """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet."""
+        out = Snapshot()
+        for doc in quotas:
+            try:
+                out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas
+            except FormatError:
+                continue  # a quota on resources trimtab does not model holds nothing it schedules
+        node_cache, self._node_reads = self._node_reads, {}
+        for doc in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+            if node_ready(doc):
+                key = _version(doc)
+                node = node_cache[key] if key in node_cache else _read_node(doc)
+                self._node_reads[key] = node
+                if node is not None:
+                    out.nodes.append(node)
+        mine, bound_in_group = self._read_bound(out, pods, assumed)
+        self._read_pending(out, mine, list(groups), self._classes(classes),
+                           {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
+        return out
+
+    def _read_bound(self, out: Snapshot, pods: Iterable[Obj], assumed: Mapping[str, str],
+                    ) -> tuple[list[Obj], dict[tuple[str, str], int]]:
+        """Fills `out.holding` and `out.broken_gangs`; returns this scheduler's pending pods and the bound members
+        of each PodGroup (namespace, name)."""
+        ready = {n.name for n in out.nodes}
+        bound_in_group: dict[tuple[str, str], int] = {}
+        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, on a Ready node?
+        mine: list[Obj] = []
+        seen: set[str] = set()
+        for pod in pods:
+            phase = (pod.get("status") or {}).get("phase")
+            node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
+            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            if phase in _TERMINAL or (deleting and not node):
+                continue
+            if not node:
+                if pod["spec"].get("schedulerName") == self.scheduler_name:
+                    mine.append(pod)
+                continue
+            seen.add(pod["metadata"]["uid"])
+            group = pod_group(pod)
+            if group:
+                key = (pod["metadata"]["namespace"], group)
+                bound_in_group[key] = bound_in_group.get(key, 0) + 1
+                if pod["spec"].get("schedulerName") == self.scheduler_name and not deleting:
+                    members.setdefault(key, []).append((pod, node in ready))
+            if node in ready:
+                out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
+        self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
+        for (ns, group), live in members.items():
+            if not all(on_ready for _, on_ready in live):
+                out.broken_gangs[f"{ns}/{group}"] = [pod for pod, _ in live]
+        return mine, bound_in_group
+
+    def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
+        docs = [(f"PriorityClass {c['metadata']['name']}", c) for c in classes]
+        try:
+            return list(read_documents(docs).priority_classes.values())
+        except FormatError:
+            return []
+
+    def _holding_job(self, pod: Obj) -> Job:
+        """A bound pod as a one-task Job of its requests and priority (what it holds, what evicting it costs). A
+        pod already terminating holds its resources until it is gone but is no one's victim again: it counts as
+        of the highest priority."""
+        uid = pod["metadata"]["uid"]
+        terminating = bool(pod["metadata"].get("deletionTimestamp"))
+        job = self._holding_jobs.get(uid)
+        if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
+            containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                          for c in pod["spec"].get("containers") or []]
+            inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                     for c in pod["spec"].get("initContainers") or []]
+            doc = {"apiVersion": "v1", "kind": "Pod",
+                   "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]},
+                   "spec": {"containers": containers, "initContainers": inits}}
+            try:
+                task = read_documents([(pod_key(pod), doc)]).jobs[0].task
+            except FormatError:  # the API server took it; it holds nothing trimtab models
+                task = Resources()
+            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
+            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
+            self._holding_jobs[uid] = job
+        return job
+
+    def _read_pending(self, out: Snapshot, mine: list[Obj], groups: list[Obj], classes: list[PriorityClass],
+                      namespaces: Mapping[str, Obj], bound_in_group: Mapping[tuple[str, str], int]) -> None:
+        """Read each pending unit (a pod alone, or the pending pods of one PodGroup with it) into `out`."""
+        group_docs = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in groups}
+        units: dict[tuple[str, str], list[Obj]] = {}
+        for pod in sorted(mine, key=lambda p: (epoch_s(p["metadata"].get("creationTimestamp")), pod_key(p))):
+            group = pod_group(pod)
+            ns = pod["metadata"]["namespace"]
+            units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
+        classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
+        cache, self._unit_reads = self._unit_reads, {}
+        for (ns, name), pods in units.items():
+            docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p)) for p in pods]
+            gang = not name.startswith("pod:")
+            if gang and (ns, name) in group_docs:
+                docs.append((f"{ns}/{name}", _group_doc(group_docs[(ns, name)], bound_in_group.get((ns, name), 0))))
+            if ns in namespaces:
+                docs.append((f"Namespace {ns}", namespaces[ns]))
+            key = (tuple(_version(data) for _, data in docs), classes_key)
+            read = cache[key] if key in cache else _read_unit(docs, classes)
+            self._unit_reads[key] = read
+            if isinstance(read, str):
+                out.unreadable += [(p, read) for p in pods]
+                continue
+            out.launches.update(read.launches)
+            self._add_unit(out, pods, read.jobs, f"{ns}/{name}" if gang else None,
+                           bound_in_group.get((ns, name), 0) if gang else 0)
+
+    @staticmethod
+    def _add_unit(out: Snapshot, pods: list[Obj], jobs: list[Job], gang_id: str | None, bound: int) -> None:
+        """Pair the reader's jobs with the pods they stand for: a gang's job takes the first pods in order, each
+        follower the pod of its name. A follower of a gang already running needs no longer wait for it."""
+        created = epoch_s(pods[0]["metadata"].get("creationTimestamp"))
+        by_key = {pod_key(p): p for p in pods}
+        taken = 0
+        for job in jobs:
+            if job.id == gang_id:
+                members = pods[taken:taken + job.tasks]
+                taken += job.tasks
+            else:
+                members = [by_key[job.id]]
+            after = None if bound and job.after == gang_id else job.after
+            job = dataclasses.replace(job, submit_s=created, after=after)
+            out.pending.append(job)
+            out.pods_of[job.id] = members
+
+
+def _read_node(doc: Obj) -> Node | None:
+    """The model Node of a Node object; None for one the reader cannot model (it takes no work from trimtab)."""
+    try:
+        return read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes[0]
+    except FormatError:
+        return None
+
+
+def _read_unit(docs: list[tuple[str, Obj]], classes: list[PriorityClass]) -> Manifests | str:
+    """The reader's Manifests of one pending unit, or its message when it refuses the unit."""
+    try:
+        return read_documents(docs, classes=classes)
+    except FormatError as exc:
+        return str(exc)
+
+
+def _version(data: Obj) -> tuple[str, str, str]:
+    """What identifies a version of an object: its uid and resourceVersion (and a PodGroup's minMember as this
+    snapshot counts it)."""
+    meta = data["metadata"]
+    return meta.get("uid", ""), meta.get("resourceVersion", ""), str((data.get("spec") or {}).get("minMember", ""))
+
+
+def _node_doc(node: Obj) -> Obj:
+    """The fields of a Node the reader models (the rest would only be warned about)."""
+    spec = node.get("spec") or {}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"],
+            "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
+            "status": {k: v for k, v in (node.get("status") or {}).items() if k in ("allocatable", "capacity")}}
+
+
+def _pod_doc(pod: Obj) -> Obj:
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"], "spec": pod["spec"]}
+
+
+def _group_doc(group: Obj, bound: int) -> Obj:
+    """A PodGroup as its pending pods see it: members already bound count toward minMember."""
+    spec = dict(group.get("spec") or {})
+    spec["minMember"] = max(1, int(spec.get("minMember", 1)) - bound)
+    return {"apiVersion": group["apiVersion"], "kind": "PodGroup", "metadata": group["metadata"], "spec": spec}

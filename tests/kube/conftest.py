@@ -1,0 +1,43 @@
+"""Fixtures of the kube tests that need a real control plane: the environment (skipped, saying why, when the
+binaries are not built) and a `trimtab kube` process scheduling for it."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+import yaml
+from kube_env import ROOT, KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
+
+GPU_NODES = 3  # kwok nodes of 8 GPUs; v100 on gpu-0, a100 on the others
+
+
+@pytest.fixture(scope="module")
+def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} in {bin_dir()}: build the control plane with `make kube-env` "
+                    "(needs Go and the Go module proxy)")
+    env = KubeEnv(tmp_path_factory.mktemp("kube-env"))
+    env.start()
+    try:
+        for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
+            env.apply(crd)
+        for path in ("/apis/scheduling.x-k8s.io/v1alpha1/podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups"):
+            env.wait_served(path)
+        env.add_gpu_nodes(1, labels={"gpu-type": "v100", "nvidia.com/gpu.product": "v100"})
+        env.add_gpu_nodes(GPU_NODES - 1, prefix="a100", labels={"gpu-type": "a100", "gpu-present": "true"})
+        env.wait_nodes_ready(["gpu-0", *(f"a100-{i}" for i in range(GPU_NODES - 1))])
+        env.wait_service_account()
+        yield env
+    finally:
+        env.stop()
+
+
+@pytest.fixture(scope="module")
+def trimtab_kube(kube_env: KubeEnv) -> Iterator[subprocess.Popen[bytes]]:
+    """`trimtab kube` under its default policy, leader election on, scheduling `schedulerName: trimtab`."""
+    proc = run_trimtab_kube(kube_env)
+    yield proc
+    stop_process(proc)

@@ -1,0 +1,225 @@
+"""The kube scheduler's cycle against a fake API (no cluster): what it binds, what it marks Unschedulable and why,
+how a gang binds whole or rolls back. The same against a real API server: test_kube_live.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
+
+from kube_objects import gpu_node, gpu_pod, pod_group
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+
+from trimtab.kube.live import KubeScheduler
+from trimtab.profile import Profile
+
+LATER_S = 1_796_122_800.0  # 2026-12-01T11:00:00Z, an hour after kube_objects' pods were created
+
+
+class FakeApi:
+    """Records every write; `refuse` names pods whose binding the server refuses."""
+
+    scheduler_name = "trimtab"
+
+    def __init__(self, refuse: tuple[str, ...] = ()) -> None:
+        self.refuse = refuse
+        self.bound: dict[str, str] = {}
+        self.evicted: list[str] = []
+        self.unschedulable: dict[str, str] = {}
+        self.events: list[tuple[str, str, str]] = []
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        if name in self.refuse:
+            raise ApiError(status=Status(code=409, message=f"pod {name} is being deleted"))
+        self.bound[f"{namespace}/{name}"] = node
+
+    def evict(self, namespace: str, name: str) -> None:
+        self.evicted.append(f"{namespace}/{name}")
+
+    def mark_unschedulable(self, namespace: str, name: str, message: str) -> None:
+        self.unschedulable[f"{namespace}/{name}"] = message
+
+    def nominate(self, namespace: str, name: str, node: str) -> None:
+        pass
+
+    def record_event(self, pod: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
+        self.events.append((pod["metadata"]["name"], reason, message))
+
+
+def scheduler(api: FakeApi, nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
+              groups: list[dict[str, Any]] = (), policy: str = "fifo") -> KubeScheduler:
+    sched = KubeScheduler(api, Profile.load(policy))  # type: ignore[arg-type]
+    for name, items in (("nodes", nodes), ("pods", pods), ("podgroups", list(groups))):
+        sched.informers[name].load(items)
+    return sched
+
+
+def test_a_pod_naming_trimtab_is_bound_and_others_are_left_alone() -> None:
+    api = FakeApi()
+    pods = [gpu_pod("mine", 2), gpu_pod("theirs", 2, scheduler="default-scheduler")]
+    scheduler(api, [gpu_node("n1", 4)], pods).cycle(1e9)
+    assert api.bound == {"default/mine": "n1"}
+    assert ("mine", "Scheduled", "Successfully assigned default/mine to n1") in api.events
+
+
+def test_pods_bound_by_others_take_capacity() -> None:
+    api = FakeApi()
+    pods = [gpu_pod("busy", 3, scheduler="default-scheduler", node="n1"), gpu_pod("mine", 2)]
+    scheduler(api, [gpu_node("n1", 4), gpu_node("n2", 4, ready=False)], pods).cycle(1e9)
+    assert api.bound == {}
+    message = api.unschedulable["default/mine"]
+    assert message.startswith("0/1 nodes are available: 1 match the pod's constraints, their free resources "
+                              "hold 0 of the pod asking 2 nvidia.com/gpu")
+
+
+def test_an_unschedulable_pod_is_told_why_once() -> None:
+    api = FakeApi()
+    pod = gpu_pod("picky", 1, nodeSelector={"gpu-type": "v100"})
+    sched = scheduler(api, [gpu_node("n1", 8, labels={"gpu-type": "a100"})], [pod])
+    sched.cycle(1e9)
+    assert "none matches the pod's node selector" in api.unschedulable["default/picky"]
+    failed = [e for e in api.events if e[1] == "FailedScheduling"]
+    sched.cycle(1e9 + 1)
+    assert [e for e in api.events if e[1] == "FailedScheduling"] == failed  # the same reason is not repeated
+
+
+def test_a_pod_the_reader_refuses_gets_the_readers_message() -> None:
+    api = FakeApi()
+    scheduler(api, [gpu_node("n1")], [gpu_pod("orphan", 1, group="never-defined")]).cycle(1e9)
+    assert "names PodGroup 'never-defined'" in api.unschedulable["default/orphan"]
+
+
+def test_a_gang_binds_whole_or_not_at_all() -> None:
+    api = FakeApi()
+    members = [gpu_pod(f"w{i}", 4, group="train") for i in range(4)]
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members, [pod_group("train", 4)])
+    sched.cycle(1e9)
+    assert sorted(api.bound) == [f"default/w{i}" for i in range(4)]
+    assert sorted(api.bound.values()) == ["n1", "n1", "n2", "n2"]
+
+    api = FakeApi()
+    big = [gpu_pod(f"b{i}", 4, group="big") for i in range(5)]  # 20 GPUs on 16: none may be bound
+    scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], big, [pod_group("big", 5)]).cycle(1e9)
+    assert api.bound == {}
+    assert "gang default/big starts only with all 5 pods placed" in api.unschedulable["default/b0"]
+
+
+def test_a_gang_whose_bind_fails_midway_is_rolled_back() -> None:
+    api = FakeApi(refuse=("w2",))
+    members = [gpu_pod(f"w{i}", 4, group="train") for i in range(4)]
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members, [pod_group("train", 4)])
+    sched.cycle(1e9)
+    assert sorted(api.evicted) == ["default/w0", "default/w1"]
+    assert sched.counters.gang_rollbacks == 1
+    assert any(e[1] == "FailedScheduling" and "rolled back" in e[2] for e in api.events)
+
+
+def test_the_rest_of_a_partly_bound_gang_counts_its_bound_members() -> None:
+    api = FakeApi()
+    pods = [gpu_pod("w0", 4, group="train", node="n1"), gpu_pod("w1", 4, group="train")]
+    scheduler(api, [gpu_node("n1", 8)], pods, [pod_group("train", 2)]).cycle(1e9)
+    assert api.bound == {"default/w1": "n1"}
+
+
+def test_a_bound_pod_is_assumed_until_the_informer_shows_it() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4)])
+    sched.cycle(1e9)
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("b", 4)])
+    sched.cycle(1e9 + 1)  # "a" still reads as pending in the informer, yet holds n1's GPUs
+    assert api.bound == {"default/a": "n1"}
+    assert "default/b" in api.unschedulable
+
+
+def test_metrics_and_health_endpoints_report_the_cycles() -> None:
+    import urllib.request
+
+    from trimtab.kube.metrics import KubeMetrics, serve_endpoints
+
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4), gpu_pod("b", 4)])
+    server = serve_endpoints(KubeMetrics(sched), sched, "127.0.0.1", 0)
+    base = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        sched.cycle(1e9)
+        text = urllib.request.urlopen(base + "/metrics").read().decode()
+        assert 'scheduler_schedule_attempts_total{profile="fifo",result="scheduled"} 1.0' in text
+        assert 'scheduler_schedule_attempts_total{profile="fifo",result="unschedulable"} 1.0' in text
+        assert 'trimtab_gpus_total{node="n1"} 4.0' in text
+        assert "trimtab_sched_cycle_seconds_count 1.0" in text
+        assert urllib.request.urlopen(base + "/healthz").status == 200
+        with pytest.raises(urllib.error.HTTPError):  # informers never listed: not ready
+            urllib.request.urlopen(base + "/readyz")
+    finally:
+        server.shutdown()
+
+
+def test_a_resource_quota_holds_pods_beyond_it() -> None:
+    api = FakeApi()
+    quota = {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "gpus", "namespace": "team-a"},
+             "spec": {"hard": {"requests.nvidia.com/gpu": "2"}}}
+    pods = [gpu_pod("first", 2, namespace="team-a"),
+            gpu_pod("second", 2, namespace="team-a", created="2026-12-01T11:00:00Z")]
+    sched = scheduler(api, [gpu_node("n1", 8)], pods)
+    sched.informers["resourcequotas"].load([quota])
+    sched.cycle(1e9)
+    assert api.bound == {"team-a/first": "n1"}
+    assert api.unschedulable["team-a/second"].startswith("trimtab: held by quota:")
+
+
+def test_a_higher_priority_pod_evicts_and_waits_nominated() -> None:
+    api = FakeApi()
+    nominated: list[tuple[str, str]] = []
+    api.nominate = lambda ns, name, node: nominated.append((name, node))  # type: ignore[method-assign]
+    urgent = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+              "value": 1000}
+    pods = [gpu_pod("low", 4, scheduler="default-scheduler", node="n1"),
+            gpu_pod("high", 4, priorityClassName="urgent")]
+    sched = scheduler(api, [gpu_node("n1", 4)], pods, policy="priority")
+    sched.informers["priorityclasses"].load([urgent])
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/low"]
+    assert nominated == [("high", "n1")]
+    assert api.bound == {}  # it binds once the victim is gone, in a later cycle
+    assert "default/high" not in api.unschedulable
+
+
+def test_a_gang_that_loses_a_member_with_its_node_is_restarted_whole() -> None:
+    api = FakeApi()
+    pods = [gpu_pod("w0", 4, group="train", node="n1"), gpu_pod("w1", 4, group="train", node="n2"),
+            gpu_pod("other", 4, node="n1")]
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8, ready=False)], pods, [pod_group("train", 2)])
+    sched.cycle(LATER_S)
+    assert sorted(api.evicted) == ["default/w0", "default/w1"]
+    assert any(e[1] == "GangRestarted" for e in api.events)
+
+
+def test_a_terminating_victim_is_not_evicted_again_and_still_holds_its_gpus() -> None:
+    api = FakeApi()
+    urgent = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+              "value": 1000}
+    low = gpu_pod("low", 4, scheduler="default-scheduler", node="n1")
+    low["metadata"]["deletionTimestamp"] = "2026-12-01T10:59:00Z"
+    sched = scheduler(api, [gpu_node("n1", 4)], [low, gpu_pod("high", 4, priorityClassName="urgent")],
+                      policy="priority")
+    sched.informers["priorityclasses"].load([urgent])
+    sched.cycle(LATER_S)
+    assert api.evicted == []
+    assert api.bound == {}
+
+
+def test_a_volcano_podgroup_is_a_gang_too() -> None:
+    api = FakeApi()
+    members = [gpu_pod(f"v{i}", 8, annotations={"scheduling.k8s.io/group-name": "vj"}) for i in range(3)]
+    group = {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "vj", "namespace": "default", "uid": "vpg-1"}, "spec": {"minMember": 3}}
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members)
+    sched.informers["volcanopodgroups"].load([group])
+    sched.cycle(LATER_S)
+    assert api.bound == {}  # 24 GPUs asked on 16: the gang waits whole
+    sched.informers["nodes"].load([gpu_node(f"n{i}", 8) for i in range(1, 4)])
+    sched.cycle(LATER_S + 1)
+    assert sorted(api.bound.values()) == ["n1", "n2", "n3"]

@@ -1,0 +1,52 @@
+"""Leader election on a Lease: one holder at a time, renewals keep it, a silent holder is replaced after the lease
+duration."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
+
+from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
+
+from trimtab.kube.leader import LeaderElector
+
+
+class LeaseStore:
+    """One Lease with the API server's optimistic concurrency."""
+
+    def __init__(self) -> None:
+        self.lease: dict[str, Any] | None = None
+        self.version = 0
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return None if self.lease is None else {"metadata": {"resourceVersion": str(self.version)},
+                                                 "spec": dict(self.lease)}
+
+    def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
+        if (self.lease is None) != (resource_version is None) or (
+                resource_version is not None and resource_version != str(self.version)):
+            raise ApiError(status=Status(code=409, message="the object has been modified"))
+        self.lease, self.version = dict(spec), self.version + 1
+
+
+def test_one_leader_and_a_takeover_after_the_lease_expires() -> None:
+    store = LeaseStore()
+    a = LeaderElector(store, "a", lease_s=0.3)  # type: ignore[arg-type]
+    b = LeaderElector(store, "b", lease_s=0.3)  # type: ignore[arg-type]
+    assert a.try_acquire_or_renew()
+    assert not b.try_acquire_or_renew()
+    for _ in range(3):  # a renews faster than the lease runs out: b never gets it
+        time.sleep(0.15)
+        assert a.try_acquire_or_renew()
+        assert not b.try_acquire_or_renew()
+    time.sleep(0.35)  # a is silent (killed) for longer than the lease
+    assert b.try_acquire_or_renew()
+    assert store.lease is not None and store.lease["holderIdentity"] == "b"
+    assert store.lease["leaseTransitions"] == 1
+    assert not a.try_acquire_or_renew()  # a back from a pause sees b's fresh record
+
