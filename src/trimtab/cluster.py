@@ -9,58 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps
 from trimtab.model import Node, Resources
 
 _BIG = np.iinfo(np.int64).max
 GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
-MIG_SLOTS = 8  # memory slices of a MIG-capable GPU; a placement is (start slot, size in slots)
-
-
-@dataclass(frozen=True, slots=True)
-class MigProfile:
-    """One MIG profile of one GPU model: the memory slots it may start at and how many it spans (NVIDIA's
-    placement table, `nvidia-smi mig -lgipp`). Two instances on one GPU may not share a slot."""
-
-    name: str
-    starts: tuple[int, ...]
-    size_slots: int
-
-    def mask(self, start: int) -> int:
-        return ((1 << self.size_slots) - 1) << start
-
-
-def _profiles(*rows: tuple[str, tuple[int, ...], int]) -> dict[str, MigProfile]:
-    table = {name: MigProfile(name, starts, size) for name, starts, size in rows}
-    for name, profile in list(table.items()):
-        if name.startswith("1g."):  # +me (media extensions) variants share the placement of the plain profile
-            table[f"{name}+me"] = MigProfile(f"{name}+me", profile.starts, profile.size_slots)
-    return table
-
-
-_MIG_80GB = _profiles(("1g.10gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.20gb", (0, 2, 4, 6), 2),
-                      ("2g.20gb", (0, 2, 4), 2), ("3g.40gb", (0, 4), 4), ("4g.40gb", (0,), 4),
-                      ("7g.80gb", (0,), 8))
-MIG_GEOMETRY: dict[str, dict[str, MigProfile]] = {
-    "A100-40GB": _profiles(("1g.5gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.10gb", (0, 2, 4, 6), 2),
-                           ("2g.10gb", (0, 2, 4), 2), ("3g.20gb", (0, 4), 4), ("4g.20gb", (0,), 4),
-                           ("7g.40gb", (0,), 8)),
-    "A100-80GB": _MIG_80GB,
-    "H100-80GB": _MIG_80GB,
-}
-"""MIG profiles by MIG-capable GPU model (NVIDIA MIG User Guide, "Supported MIG Profiles")."""
-
-
-def mig_model(gpu_model: str) -> str | None:
-    """The MIG_GEOMETRY key of a node's GPU model name ("A100-SXM4-80GB", "a100", "H100") or None: not MIG-capable.
-    An A100 without "80" in its name is the 40 GB one."""
-    name = gpu_model.upper()
-    if "H100" in name:
-        return "H100-80GB"
-    if "A100" in name:
-        return "A100-80GB" if "80" in name else "A100-40GB"
-    return None
-
-
 def gpu_kind(task: Resources) -> str:
     """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
     if task.gpu_milli:
@@ -248,6 +201,10 @@ class ClusterState:
         array changes."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
+        if not (task.gpu_milli or task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None
+                                                                    or not task.gpus):
+            self._apply_whole(alloc, sign, verb)
+            return
         plain: list[tuple[np.ndarray, np.ndarray]] = []
         for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
                                 (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
@@ -288,6 +245,63 @@ class ClusterState:
                 per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
                 per_node[nodes] -= sign * counts
         self.version[nodes] += 1
+
+    def _apply_whole(self, alloc: Allocation, sign: int, verb: str) -> None:
+        """`_apply` for whole GPUs (or none) with no MIG partition on the cluster, node by node on scalars (an
+        allocation spans few nodes): a whole GPU goes from idle to held and back, so no share row is copied and no
+        idle GPU recounted. The same checks, in the same order, as the general path."""
+        task, per_task = alloc.task, alloc.task.gpus
+        nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
+        plain = [(sign * need, free, cap) for need, free, cap in (
+            (task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli), (task.mem_mib, self.free_mem_mib,
+                                                                          self.cap_mem_mib)) if need]
+        for delta, free, cap in plain:
+            for node, count in zip(nodes, counts, strict=True):
+                if not 0 <= int(free[node]) + delta * count <= int(cap[node]):
+                    raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+        given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
+        chosen: list[list[int]] = []
+        for node, count in zip(nodes, counts, strict=True) if per_task else ():
+            chosen.append(self._whole_choice(node, count * per_task, given, sum(map(len, chosen)), sign, verb))
+        milli = self.gpu_free_milli
+        healthy_gpus = 0
+        for node, count, gpus in zip(nodes, counts, chosen or [[]] * len(nodes), strict=True):
+            for delta, free, _ in plain:
+                free[node] += delta * count
+            if gpus:
+                for gpu in gpus:
+                    milli[node, gpu] += sign * GPU_MILLI
+                self.free_gpus[node] += sign * len(gpus)
+                self.free_gpu_milli[node] += sign * len(gpus) * GPU_MILLI
+                if self.healthy[node]:
+                    healthy_gpus += len(gpus)
+            self.tasks_running[node] -= sign * count
+            self.version[node] += 1
+        self.free_gpus_total += sign * healthy_gpus
+        for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
+            if key:
+                per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
+                per_node[alloc.nodes] -= sign * alloc.counts
+        if given is None and per_task:
+            object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
+
+    def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
+                      ) -> list[int]:
+        """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
+        (taking, none given) the idle ones with the lowest index."""
+        width = int(self.cap_gpus[node])
+        free = self.gpu_free_milli[node, :width].tolist()
+        busy = self.mig_busy[node, :width].tolist() if self.mig_capable[node] else [0] * width
+        if given is None:
+            chosen = [g for g in range(width) if free[g] == GPU_MILLI and not busy[g]][:need]
+        else:
+            chosen = given[pos:pos + need]
+            if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
+                chosen = []
+        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI and not busy[g]
+                                          for g in chosen):
+            raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+        return chosen
 
     def _idle_count(self, nodes: np.ndarray) -> np.ndarray:
         rows = self.gpu_free_milli[nodes]
@@ -413,10 +427,10 @@ class ClusterState:
                 if options:
                     s = start if start is not None else options[0]
                     if busy_rows[r, g] == 0 and any(
-                            _overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
+                            overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
                         carved = {}  # idle GPU: repartitioned
                     carved = {st: n for st, n in carved.items()
-                              if not _overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
+                              if not overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
                     carved[s] = profile_name
                     carved_after[key] = carved
                     busy_rows[r, g] |= profile.mask(s)
@@ -435,10 +449,6 @@ class ClusterState:
 
     def txn(self) -> Txn:
         return Txn(self)
-
-
-def _overlaps(geometry: dict[str, MigProfile], name: str, start: int, mask: int) -> bool:
-    return bool(geometry[name].mask(start) & mask)
 
 
 class Txn:
