@@ -252,54 +252,56 @@ class ClusterState:
         idle GPU recounted. The same checks, in the same order, as the general path."""
         task, per_task = alloc.task, alloc.task.gpus
         nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
-        plain = [(sign * need, free, cap) for need, free, cap in (
-            (task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli), (task.mem_mib, self.free_mem_mib,
-                                                                          self.cap_mem_mib)) if need]
-        for delta, free, cap in plain:
-            for node, count in zip(nodes, counts, strict=True):
-                if not 0 <= int(free[node]) + delta * count <= int(cap[node]):
-                    raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+        plain: list[tuple[np.ndarray, list[int]]] = []  # (free array, value per node after)
+        for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
+                                (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
+            if need:
+                after = [free.item(node) + sign * need * count for node, count in zip(nodes, counts, strict=True)]
+                for node, value in zip(nodes, after, strict=True):
+                    if value < 0 or value > cap.item(node):
+                        raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+                plain.append((free, after))
         given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
         chosen: list[list[int]] = []
+        pos = 0
         for node, count in zip(nodes, counts, strict=True) if per_task else ():
-            chosen.append(self._whole_choice(node, count * per_task, given, sum(map(len, chosen)), sign, verb))
-        milli = self.gpu_free_milli
-        healthy_gpus = 0
-        for node, count, gpus in zip(nodes, counts, chosen or [[]] * len(nodes), strict=True):
-            for delta, free, _ in plain:
-                free[node] += delta * count
-            if gpus:
-                for gpu in gpus:
-                    milli[node, gpu] += sign * GPU_MILLI
-                self.free_gpus[node] += sign * len(gpus)
-                self.free_gpu_milli[node] += sign * len(gpus) * GPU_MILLI
-                if self.healthy[node]:
-                    healthy_gpus += len(gpus)
-            self.tasks_running[node] -= sign * count
-            self.version[node] += 1
-        self.free_gpus_total += sign * healthy_gpus
+            chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
+            pos += count * per_task
+        for free, after in plain:
+            for node, value in zip(nodes, after, strict=True):
+                free[node] = value
+        milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
+        for node, gpus in zip(nodes, chosen, strict=False):  # chosen is empty for a task without GPUs
+            for gpu in gpus:
+                milli[node, gpu] = GPU_MILLI if sign > 0 else 0  # checked: a whole GPU, idle or held
+            taken = sign * len(gpus)
+            free_gpus[node] = free_gpus.item(node) + taken
+            free_milli[node] = free_milli.item(node) + taken * GPU_MILLI
+            if healthy.item(node):
+                self.free_gpus_total += taken
+        books = [self.tasks_running, self.version]
         for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
             if key:
-                per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
-                per_node[alloc.nodes] -= sign * alloc.counts
+                books.append(book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64)))
+        for node, count in zip(nodes, counts, strict=True):
+            for k, book in enumerate(books):
+                book[node] = book.item(node) + (1 if k == 1 else -sign * count)  # version: one more
         if given is None and per_task:
             object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
 
     def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
                       ) -> list[int]:
         """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
-        (taking, none given) the idle ones with the lowest index."""
-        width = int(self.cap_gpus[node])
+        (taking, none given) the idle ones with the lowest index. No GPU holds a MIG slice (none is carved)."""
+        width = self.cap_gpus.item(node)
         free = self.gpu_free_milli[node, :width].tolist()
-        busy = self.mig_busy[node, :width].tolist() if self.mig_capable[node] else [0] * width
         if given is None:
-            chosen = [g for g in range(width) if free[g] == GPU_MILLI and not busy[g]][:need]
+            chosen = [g for g in range(width) if free[g] == GPU_MILLI][:need]
         else:
             chosen = given[pos:pos + need]
             if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
                 chosen = []
-        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI and not busy[g]
-                                          for g in chosen):
+        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in chosen):
             raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
         return chosen
 
