@@ -59,7 +59,9 @@ class ClusterState:
     Node i is `nodes[i]`. `free_gpus[i]` counts node i's idle GPUs (nothing on them), so a node with 8 GPUs each 60%
     used has 0 free GPUs and 3200 free milli-GPU, none of it usable by a task asking for 500. Free amounts never go
     below zero nor above capacity, and no GPU ever holds more than 1000 milli: `allocate` and `release` check.
-    A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again."""
+    A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again.
+    The arrays change only through `allocate`, `release`, `set_health` and a Txn's holds (each counted in
+    `changes`); other code reads them."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -96,6 +98,10 @@ class ClusterState:
         self.mig_capable = np.array([g is not None for g in self.mig_geometry], dtype=bool)
         self.mig_busy = np.zeros(self.gpu_free_milli.shape, dtype=np.int64)  # slot bitmask of busy slices
         self.mig_carved: dict[tuple[int, int], dict[int, str]] = {}  # (node, gpu) -> {start slot: profile}
+        # bumped by every change of free resources, holds and health: the key of fit_counts' last answer, which
+        # a cycle asks for twice in a row (placement, then a scorer or the victim search)
+        self.changes = 0
+        self._last_fit: tuple[int, Resources, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -121,7 +127,10 @@ class ClusterState:
     def fit_counts(self, task: Resources) -> np.ndarray:
         """How many tasks of `task` each node can take now (0 on unhealthy nodes). Whole GPUs count idle GPUs
         (`free_gpus`), a share counts per GPU how many copies fit in its free milli, a MIG slice counts the slices
-        that can be placed without overlap under the profile's placement rules."""
+        that can be placed without overlap under the profile's placement rules. The caller owns the array."""
+        last = self._last_fit
+        if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
+            return last[2].copy()
         counts = np.full(len(self.nodes), _BIG, dtype=np.int64)
         for need, free in ((task.cpu_milli, self.free_cpu_milli), (task.mem_mib, self.free_mem_mib)):
             if need:
@@ -133,6 +142,7 @@ class ClusterState:
         elif task.mig:
             np.minimum(counts, self._mig_fit(task.mig), out=counts)
         counts[~self.healthy] = 0
+        self._last_fit = (self.changes, task, counts.copy())
         return counts
 
     def _mig_fit(self, profile_name: str) -> np.ndarray:
@@ -201,6 +211,7 @@ class ClusterState:
         array changes."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
+        self.changes += 1
         if not (task.gpu_milli or task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None
                                                                     or not task.gpus):
             self._apply_whole(alloc, sign, verb)
@@ -446,6 +457,7 @@ class ClusterState:
         """Mark a node up or down; a down node's free GPUs are out of reach until it is up again."""
         if bool(self.healthy[node]) == healthy:
             return
+        self.changes += 1
         self.healthy[node] = healthy
         self.free_gpus_total += int(self.free_gpus[node]) * (1 if healthy else -1)
 
@@ -480,6 +492,7 @@ class Txn:
         only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
         self._check_open()
         self._state.free_gpus -= gpus
+        self._state.changes += 1
         self._held.append(gpus)
 
     def commit(self) -> None:
@@ -498,6 +511,7 @@ class Txn:
     def _end(self) -> None:
         for gpus in self._held:  # holds end with the transaction, committed or not
             self._state.free_gpus += gpus
+            self._state.changes += 1
         self._held.clear()
         self._open = False
 

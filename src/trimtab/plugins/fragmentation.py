@@ -154,6 +154,8 @@ class _FragmentationPlacer(Plugin):
         self._model_ok: np.ndarray | None = None
         self._node_weight: np.ndarray | None = None
         self._cluster: ClusterState | None = None
+        self._known: dict[int, float] = {}  # measure by state key (see `_values`), for `_known_for`
+        self._known_for: TargetWorkload | None = None
 
     # the target is the given workload, else the distribution of requests seen so far (learned online)
     def _target(self, job: Job) -> TargetWorkload:
@@ -232,9 +234,9 @@ class _FragmentationPlacer(Plugin):
 
     def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray,
                 node_weight: np.ndarray) -> np.ndarray:
-        """The measure of many states, each distinct state computed once (states keyed by a 64-bit hash of the CPU
-        left, the sorted GPU left, the model mask and the node weight; the measure does not depend on the order of
-        GPUs)."""
+        """The measure of many states, each distinct state computed once for the target (states keyed by a 64-bit
+        hash of the CPU left, the sorted GPU left, the model mask and the node weight; the measure does not depend
+        on the order of GPUs, nor on the batch it is computed in): a node's few states recur, so most are known."""
         gpu = np.sort(gpu, axis=1)
         with np.errstate(over="ignore"):
             key = cpu.astype(np.uint64) * _HASH[0]
@@ -242,9 +244,18 @@ class _FragmentationPlacer(Plugin):
                 key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
             key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
             key = key * _HASH[1] + node_weight.astype(np.float64).view(np.uint64)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        out = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
-        return out[inverse.reshape(-1)]
+        if self._known_for is not target:
+            self._known, self._known_for = {}, target
+        known, keys = self._known, key.tolist()
+        new: dict[int, int] = {}  # unknown state -> its first row
+        for row, k in enumerate(keys):
+            if k not in known and k not in new:
+                new[k] = row
+        if new:
+            first = np.fromiter(new.values(), dtype=np.int64, count=len(new))
+            values = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
+            known.update(zip(new, values.tolist(), strict=True))
+        return np.array([known[k] for k in keys])
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         self._rank = tie_rank(ctx, getattr(self, "_rank", None))
