@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps
+from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps, slice_starts
 from trimtab.model import Node, Resources
 
 _BIG = np.iinfo(np.int64).max
@@ -151,39 +151,11 @@ class ClusterState:
             profile = self.mig_geometry[node].get(profile_name)  # type: ignore[union-attr]
             if profile is None:
                 continue
-            fit[node] = sum(len(self._mig_starts(int(node), gpu, profile, many=True))
-                            for gpu in range(int(self.cap_gpus[node])))
+            fit[node] = sum(len(slice_starts(
+                int(self.mig_busy[node, gpu]), bool(self.gpu_free_milli[node, gpu] != GPU_MILLI),
+                self.mig_carved.get((int(node), gpu), {}), self.mig_geometry[node], profile, many=True))  # type: ignore[arg-type]
+                for gpu in range(int(self.cap_gpus[node])))
         return fit
-
-    def _mig_starts(self, node: int, gpu: int, profile: MigProfile, many: bool,
-                    carved: dict[int, str] | None = None) -> list[int]:
-        """Start slots where slices of `profile` can go on this GPU now, without overlap (all of them if `many`,
-        else the best one): a free carved slice of the profile first, then uncarved slots, then (only on an idle
-        GPU) a repartition. A GPU used by whole or shared tasks takes no slice."""
-        busy = int(self.mig_busy[node, gpu])
-        if busy == 0 and self.gpu_free_milli[node, gpu] != GPU_MILLI:
-            return []
-        if carved is None:
-            carved = self.mig_carved.get((node, gpu), {})
-        geometry = self.mig_geometry[node]
-        assert geometry is not None
-        taken = busy
-        carved_mask = 0
-        for start, name in carved.items():
-            carved_mask |= geometry[name].mask(start)
-        chosen: list[int] = []
-        passes = [lambda s: carved.get(s) == profile.name and not busy & profile.mask(s),
-                  lambda s: not (carved_mask | busy) & profile.mask(s)]
-        if busy == 0:
-            passes.append(lambda s: True)  # idle: the GPU may be repartitioned
-        for ok in passes:
-            for start in profile.starts:
-                if start not in chosen and ok(start) and not taken & profile.mask(start):
-                    chosen.append(start)
-                    taken |= profile.mask(start)
-                    if not many:
-                        return chosen
-        return chosen
 
     def label_mask(self, key: str, value: str) -> np.ndarray:
         """Nodes whose label `key` equals `value` (cached: labels never change)."""
@@ -426,31 +398,27 @@ class ClusterState:
             if busy_rows[r, gpu] == 0:
                 rows[r, gpu] = GPU_MILLI
             return gpu, start
-        saved = (self.gpu_free_milli[node].copy(), self.mig_busy[node].copy())
-        self.gpu_free_milli[node], self.mig_busy[node] = rows[r], busy_rows[r]
-        try:
-            candidates = [gpu] if gpu is not None else sorted(
-                range(int(self.cap_gpus[node])), key=lambda g: (busy_rows[r, g] == 0, g))  # used MIG GPUs first
-            for g in candidates:
-                key = (node, g)
-                carved = dict(carved_after.get(key, self.mig_carved.get(key, {})))
-                options = self._mig_starts(node, g, profile, start is not None, carved)
-                if start is not None and start not in options:
-                    continue
-                if options:
-                    s = start if start is not None else options[0]
-                    if busy_rows[r, g] == 0 and any(
-                            overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
-                        carved = {}  # idle GPU: repartitioned
-                    carved = {st: n for st, n in carved.items()
-                              if not overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
-                    carved[s] = profile_name
-                    carved_after[key] = carved
-                    busy_rows[r, g] |= profile.mask(s)
-                    rows[r, g] = 0
-                    return g, s
-        finally:
-            self.gpu_free_milli[node], self.mig_busy[node] = saved
+        candidates = [gpu] if gpu is not None else sorted(
+            range(int(self.cap_gpus[node])), key=lambda g: (busy_rows[r, g] == 0, g))  # used MIG GPUs first
+        for g in candidates:
+            key = (node, g)
+            carved = dict(carved_after.get(key, self.mig_carved.get(key, {})))
+            options = slice_starts(int(busy_rows[r, g]), bool(rows[r, g] != GPU_MILLI), carved, geometry,  # type: ignore[arg-type]
+                                   profile, start is not None)
+            if start is not None and start not in options:
+                continue
+            if options:
+                s = start if start is not None else options[0]
+                if busy_rows[r, g] == 0 and any(
+                        overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
+                    carved = {}  # idle GPU: repartitioned
+                carved = {st: n for st, n in carved.items()
+                          if not overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
+                carved[s] = profile_name
+                carved_after[key] = carved
+                busy_rows[r, g] |= profile.mask(s)
+                rows[r, g] = 0
+                return g, s
         raise ValueError(f"allocation would {verb} node {name} (no room for MIG {profile_name})")
 
     def set_health(self, node: int, healthy: bool) -> None:

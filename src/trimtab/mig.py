@@ -1,5 +1,6 @@
 """MIG geometry: the MIG profiles of each MIG-capable GPU model, where their slices may start and how many memory
-slots they span (NVIDIA's placement tables); ClusterState places and frees slices by them."""
+slots they span (NVIDIA's placement tables), and where slices may go on one GPU; ClusterState places and frees
+slices by them."""
 
 from __future__ import annotations
 
@@ -55,3 +56,31 @@ def mig_model(gpu_model: str) -> str | None:
 
 def overlaps(geometry: dict[str, MigProfile], name: str, start: int, mask: int) -> bool:
     return bool(geometry[name].mask(start) & mask)
+
+
+def slice_starts(busy: int, partly_free: bool, carved: dict[int, str], geometry: dict[str, MigProfile],
+                 profile: MigProfile, many: bool) -> list[int]:
+    """Start slots where slices of `profile` can go on one GPU now, without overlap (all of them if `many`, else the
+    best one): a free carved slice of the profile first, then uncarved slots, then (only on an idle GPU) a
+    repartition. `busy`: the GPU's busy slot mask; `partly_free`: its free milli-GPU is below a whole GPU (with no
+    slice busy: whole or shared tasks hold it, so it takes no slice); `carved`: its slices by start slot, profiles
+    of `geometry` (the GPU model's)."""
+    if busy == 0 and partly_free:
+        return []
+    taken = busy
+    carved_mask = 0
+    for start, name in carved.items():
+        carved_mask |= geometry[name].mask(start)
+    chosen: list[int] = []
+    passes = [lambda s: carved.get(s) == profile.name and not busy & profile.mask(s),
+              lambda s: not (carved_mask | busy) & profile.mask(s)]
+    if busy == 0:
+        passes.append(lambda s: True)  # idle: the GPU may be repartitioned
+    for ok in passes:
+        for start in profile.starts:
+            if start not in chosen and ok(start) and not taken & profile.mask(start):
+                chosen.append(start)
+                taken |= profile.mask(start)
+                if not many:
+                    return chosen
+    return chosen
