@@ -42,7 +42,7 @@ class Allocation:
     gpus: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        tasks = int(self.counts.sum())
+        tasks = sum(self.counts.tolist())  # a few nodes: cheaper than a numpy reduction
         object.__setattr__(self, "tasks", tasks)
         object.__setattr__(self, "gpus", tasks * self.task.gpus)
 
