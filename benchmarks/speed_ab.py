@@ -3,8 +3,10 @@
 Each figure runs in a fresh child process, once per tree and repeat, the two trees alternating (the order swaps
 every repeat) so that load on a shared machine hits both alike; the best of the repeats counts. The baseline is
 checked out with `git worktree add` into a temporary folder (removed at the end) and run with PYTHONPATH at its
-`src`. Prints one JSON line per figure: both values, the ratio (how many times faster this tree is), both peak
-RSS and whether the two trees decided the same (average JCT and preemptions, or the packing result).
+`src`. Prints one JSON line per figure: both values, the ratio (how many times faster this tree is), the CPU
+seconds of each tree's child process (start-up and loading included, forked workers included: on a machine shared
+with other work they vary far less than wall time), both peak RSS and whether the two trees decided the same
+(average JCT and preemptions, or the packing result).
 
 Figures (the default sizes are smaller than the issue's, so that a run takes minutes on a busy 2-core machine;
 `--full` gives the issue's sizes):
@@ -101,7 +103,8 @@ def _child(args: argparse.Namespace) -> None:
 # ------------------------------------------------------------------------------------------- parent
 
 def _measure(tree: Path, child: list[str]) -> dict[str, Any]:
-    """One child run on `tree`: its answer and its peak RSS (of the child alone, through wait4)."""
+    """One child run on `tree`: its answer, its CPU seconds and its peak RSS (of the child and the workers it
+    waited for, through wait4)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", *child], env=env,
                             stdout=subprocess.PIPE, text=True)
@@ -113,6 +116,7 @@ def _measure(tree: Path, child: list[str]) -> dict[str, Any]:
         raise SystemExit(f"{tree}: child {' '.join(child)} failed with exit code {proc.returncode}")
     out = json.loads(output.strip().splitlines()[-1])
     out["rss_mib"] = round(usage.ru_maxrss / 1024)
+    out["cpu_s"] = usage.ru_utime + usage.ru_stime
     return out
 
 
@@ -127,8 +131,11 @@ def _figure(name: str, unit: str, higher_is_better: bool, child: list[str], tree
     best = {which: pick(runs, key=lambda r: r["value"]) for which, runs in results.items()}
     base, cur = best["baseline"]["value"], best["current"]["value"]
     ratio = cur / base if higher_is_better else base / cur
+    cpu = {which: min(r["cpu_s"] for r in runs) for which, runs in results.items()}
     return {"figure": name, "unit": unit, "baseline": round(base, 3), "current": round(cur, 3),
-            "speedup": round(ratio, 2), "rss_mib": [best["baseline"]["rss_mib"], best["current"]["rss_mib"]],
+            "speedup": round(ratio, 2), "cpu_s": [round(cpu["baseline"], 2), round(cpu["current"], 2)],
+            "cpu_speedup": round(cpu["baseline"] / cpu["current"], 2),
+            "rss_mib": [best["baseline"]["rss_mib"], best["current"]["rss_mib"]],
             "same_decisions": best["baseline"]["decisions"] == best["current"]["decisions"],
             "repeat": repeat}
 
