@@ -9,58 +9,11 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps, slice_starts
 from trimtab.model import Node, Resources
 
 _BIG = np.iinfo(np.int64).max
 GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
-MIG_SLOTS = 8  # memory slices of a MIG-capable GPU; a placement is (start slot, size in slots)
-
-
-@dataclass(frozen=True, slots=True)
-class MigProfile:
-    """One MIG profile of one GPU model: the memory slots it may start at and how many it spans (NVIDIA's
-    placement table, `nvidia-smi mig -lgipp`). Two instances on one GPU may not share a slot."""
-
-    name: str
-    starts: tuple[int, ...]
-    size_slots: int
-
-    def mask(self, start: int) -> int:
-        return ((1 << self.size_slots) - 1) << start
-
-
-def _profiles(*rows: tuple[str, tuple[int, ...], int]) -> dict[str, MigProfile]:
-    table = {name: MigProfile(name, starts, size) for name, starts, size in rows}
-    for name, profile in list(table.items()):
-        if name.startswith("1g."):  # +me (media extensions) variants share the placement of the plain profile
-            table[f"{name}+me"] = MigProfile(f"{name}+me", profile.starts, profile.size_slots)
-    return table
-
-
-_MIG_80GB = _profiles(("1g.10gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.20gb", (0, 2, 4, 6), 2),
-                      ("2g.20gb", (0, 2, 4), 2), ("3g.40gb", (0, 4), 4), ("4g.40gb", (0,), 4),
-                      ("7g.80gb", (0,), 8))
-MIG_GEOMETRY: dict[str, dict[str, MigProfile]] = {
-    "A100-40GB": _profiles(("1g.5gb", (0, 1, 2, 3, 4, 5, 6), 1), ("1g.10gb", (0, 2, 4, 6), 2),
-                           ("2g.10gb", (0, 2, 4), 2), ("3g.20gb", (0, 4), 4), ("4g.20gb", (0,), 4),
-                           ("7g.40gb", (0,), 8)),
-    "A100-80GB": _MIG_80GB,
-    "H100-80GB": _MIG_80GB,
-}
-"""MIG profiles by MIG-capable GPU model (NVIDIA MIG User Guide, "Supported MIG Profiles")."""
-
-
-def mig_model(gpu_model: str) -> str | None:
-    """The MIG_GEOMETRY key of a node's GPU model name ("A100-SXM4-80GB", "a100", "H100") or None: not MIG-capable.
-    An A100 without "80" in its name is the 40 GB one."""
-    name = gpu_model.upper()
-    if "H100" in name:
-        return "H100-80GB"
-    if "A100" in name:
-        return "A100-80GB" if "80" in name else "A100-40GB"
-    return None
-
-
 def gpu_kind(task: Resources) -> str:
     """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
     if task.gpu_milli:
@@ -89,7 +42,7 @@ class Allocation:
     gpus: int = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
-        tasks = int(self.counts.sum())
+        tasks = sum(self.counts.tolist())  # a few nodes: cheaper than a numpy reduction
         object.__setattr__(self, "tasks", tasks)
         object.__setattr__(self, "gpus", tasks * self.task.gpus)
 
@@ -106,7 +59,9 @@ class ClusterState:
     Node i is `nodes[i]`. `free_gpus[i]` counts node i's idle GPUs (nothing on them), so a node with 8 GPUs each 60%
     used has 0 free GPUs and 3200 free milli-GPU, none of it usable by a task asking for 500. Free amounts never go
     below zero nor above capacity, and no GPU ever holds more than 1000 milli: `allocate` and `release` check.
-    A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again."""
+    A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again.
+    The arrays change only through `allocate`, `release`, `set_health` and a Txn's holds (each counted in
+    `changes`); other code reads them."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -143,6 +98,10 @@ class ClusterState:
         self.mig_capable = np.array([g is not None for g in self.mig_geometry], dtype=bool)
         self.mig_busy = np.zeros(self.gpu_free_milli.shape, dtype=np.int64)  # slot bitmask of busy slices
         self.mig_carved: dict[tuple[int, int], dict[int, str]] = {}  # (node, gpu) -> {start slot: profile}
+        # bumped by every change of free resources, holds and health: the key of fit_counts' last answer, which
+        # a cycle asks for twice in a row (placement, then a scorer or the victim search)
+        self.changes = 0
+        self._last_fit: tuple[int, Resources, np.ndarray] | None = None
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -168,7 +127,10 @@ class ClusterState:
     def fit_counts(self, task: Resources) -> np.ndarray:
         """How many tasks of `task` each node can take now (0 on unhealthy nodes). Whole GPUs count idle GPUs
         (`free_gpus`), a share counts per GPU how many copies fit in its free milli, a MIG slice counts the slices
-        that can be placed without overlap under the profile's placement rules."""
+        that can be placed without overlap under the profile's placement rules. The caller owns the array."""
+        last = self._last_fit
+        if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
+            return last[2].copy()
         counts = np.full(len(self.nodes), _BIG, dtype=np.int64)
         for need, free in ((task.cpu_milli, self.free_cpu_milli), (task.mem_mib, self.free_mem_mib)):
             if need:
@@ -180,6 +142,7 @@ class ClusterState:
         elif task.mig:
             np.minimum(counts, self._mig_fit(task.mig), out=counts)
         counts[~self.healthy] = 0
+        self._last_fit = (self.changes, task, counts.copy())
         return counts
 
     def _mig_fit(self, profile_name: str) -> np.ndarray:
@@ -188,39 +151,11 @@ class ClusterState:
             profile = self.mig_geometry[node].get(profile_name)  # type: ignore[union-attr]
             if profile is None:
                 continue
-            fit[node] = sum(len(self._mig_starts(int(node), gpu, profile, many=True))
-                            for gpu in range(int(self.cap_gpus[node])))
+            fit[node] = sum(len(slice_starts(
+                int(self.mig_busy[node, gpu]), bool(self.gpu_free_milli[node, gpu] != GPU_MILLI),
+                self.mig_carved.get((int(node), gpu), {}), self.mig_geometry[node], profile, many=True))  # type: ignore[arg-type]
+                for gpu in range(int(self.cap_gpus[node])))
         return fit
-
-    def _mig_starts(self, node: int, gpu: int, profile: MigProfile, many: bool,
-                    carved: dict[int, str] | None = None) -> list[int]:
-        """Start slots where slices of `profile` can go on this GPU now, without overlap (all of them if `many`,
-        else the best one): a free carved slice of the profile first, then uncarved slots, then (only on an idle
-        GPU) a repartition. A GPU used by whole or shared tasks takes no slice."""
-        busy = int(self.mig_busy[node, gpu])
-        if busy == 0 and self.gpu_free_milli[node, gpu] != GPU_MILLI:
-            return []
-        if carved is None:
-            carved = self.mig_carved.get((node, gpu), {})
-        geometry = self.mig_geometry[node]
-        assert geometry is not None
-        taken = busy
-        carved_mask = 0
-        for start, name in carved.items():
-            carved_mask |= geometry[name].mask(start)
-        chosen: list[int] = []
-        passes = [lambda s: carved.get(s) == profile.name and not busy & profile.mask(s),
-                  lambda s: not (carved_mask | busy) & profile.mask(s)]
-        if busy == 0:
-            passes.append(lambda s: True)  # idle: the GPU may be repartitioned
-        for ok in passes:
-            for start in profile.starts:
-                if start not in chosen and ok(start) and not taken & profile.mask(start):
-                    chosen.append(start)
-                    taken |= profile.mask(start)
-                    if not many:
-                        return chosen
-        return chosen
 
     def label_mask(self, key: str, value: str) -> np.ndarray:
         """Nodes whose label `key` equals `value` (cached: labels never change)."""
@@ -248,6 +183,11 @@ class ClusterState:
         array changes."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
+        self.changes += 1
+        if not (task.gpu_milli or task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None
+                                                                    or not task.gpus):
+            self._apply_whole(alloc, sign, verb)
+            return
         plain: list[tuple[np.ndarray, np.ndarray]] = []
         for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
                                 (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
@@ -288,6 +228,65 @@ class ClusterState:
                 per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
                 per_node[nodes] -= sign * counts
         self.version[nodes] += 1
+
+    def _apply_whole(self, alloc: Allocation, sign: int, verb: str) -> None:
+        """`_apply` for whole GPUs (or none) with no MIG partition on the cluster, node by node on scalars (an
+        allocation spans few nodes): a whole GPU goes from idle to held and back, so no share row is copied and no
+        idle GPU recounted. The same checks, in the same order, as the general path."""
+        task, per_task = alloc.task, alloc.task.gpus
+        nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
+        plain: list[tuple[np.ndarray, list[int]]] = []  # (free array, value per node after)
+        for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
+                                (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
+            if need:
+                after = [free.item(node) + sign * need * count for node, count in zip(nodes, counts, strict=True)]
+                for node, value in zip(nodes, after, strict=True):
+                    if value < 0 or value > cap.item(node):
+                        raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+                plain.append((free, after))
+        given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
+        chosen: list[list[int]] = []
+        pos = 0
+        for node, count in zip(nodes, counts, strict=True) if per_task else ():
+            chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
+            pos += count * per_task
+        for free, after in plain:
+            for node, value in zip(nodes, after, strict=True):
+                free[node] = value
+        milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
+        for node, gpus in zip(nodes, chosen, strict=False):  # chosen is empty for a task without GPUs
+            for gpu in gpus:
+                milli[node, gpu] = GPU_MILLI if sign > 0 else 0  # checked: a whole GPU, idle or held
+            taken = sign * len(gpus)
+            free_gpus[node] = free_gpus.item(node) + taken
+            free_milli[node] = free_milli.item(node) + taken * GPU_MILLI
+            if healthy.item(node):
+                self.free_gpus_total += taken
+        books = [self.tasks_running, self.version]
+        for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
+            if key:
+                books.append(book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64)))
+        for node, count in zip(nodes, counts, strict=True):
+            for k, book in enumerate(books):
+                book[node] = book.item(node) + (1 if k == 1 else -sign * count)  # version: one more
+        if given is None and per_task:
+            object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
+
+    def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
+                      ) -> list[int]:
+        """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
+        (taking, none given) the idle ones with the lowest index. No GPU holds a MIG slice (none is carved)."""
+        width = self.cap_gpus.item(node)
+        free = self.gpu_free_milli[node, :width].tolist()
+        if given is None:
+            chosen = [g for g in range(width) if free[g] == GPU_MILLI][:need]
+        else:
+            chosen = given[pos:pos + need]
+            if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
+                chosen = []
+        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in chosen):
+            raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
+        return chosen
 
     def _idle_count(self, nodes: np.ndarray) -> np.ndarray:
         rows = self.gpu_free_milli[nodes]
@@ -399,46 +398,39 @@ class ClusterState:
             if busy_rows[r, gpu] == 0:
                 rows[r, gpu] = GPU_MILLI
             return gpu, start
-        saved = (self.gpu_free_milli[node].copy(), self.mig_busy[node].copy())
-        self.gpu_free_milli[node], self.mig_busy[node] = rows[r], busy_rows[r]
-        try:
-            candidates = [gpu] if gpu is not None else sorted(
-                range(int(self.cap_gpus[node])), key=lambda g: (busy_rows[r, g] == 0, g))  # used MIG GPUs first
-            for g in candidates:
-                key = (node, g)
-                carved = dict(carved_after.get(key, self.mig_carved.get(key, {})))
-                options = self._mig_starts(node, g, profile, start is not None, carved)
-                if start is not None and start not in options:
-                    continue
-                if options:
-                    s = start if start is not None else options[0]
-                    if busy_rows[r, g] == 0 and any(
-                            _overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
-                        carved = {}  # idle GPU: repartitioned
-                    carved = {st: n for st, n in carved.items()
-                              if not _overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
-                    carved[s] = profile_name
-                    carved_after[key] = carved
-                    busy_rows[r, g] |= profile.mask(s)
-                    rows[r, g] = 0
-                    return g, s
-        finally:
-            self.gpu_free_milli[node], self.mig_busy[node] = saved
+        candidates = [gpu] if gpu is not None else sorted(
+            range(int(self.cap_gpus[node])), key=lambda g: (busy_rows[r, g] == 0, g))  # used MIG GPUs first
+        for g in candidates:
+            key = (node, g)
+            carved = dict(carved_after.get(key, self.mig_carved.get(key, {})))
+            options = slice_starts(int(busy_rows[r, g]), bool(rows[r, g] != GPU_MILLI), carved, geometry,  # type: ignore[arg-type]
+                                   profile, start is not None)
+            if start is not None and start not in options:
+                continue
+            if options:
+                s = start if start is not None else options[0]
+                if busy_rows[r, g] == 0 and any(
+                        overlaps(geometry, n, st, profile.mask(s)) for st, n in carved.items()):  # type: ignore[arg-type]
+                    carved = {}  # idle GPU: repartitioned
+                carved = {st: n for st, n in carved.items()
+                          if not overlaps(geometry, n, st, profile.mask(s))}  # type: ignore[arg-type]
+                carved[s] = profile_name
+                carved_after[key] = carved
+                busy_rows[r, g] |= profile.mask(s)
+                rows[r, g] = 0
+                return g, s
         raise ValueError(f"allocation would {verb} node {name} (no room for MIG {profile_name})")
 
     def set_health(self, node: int, healthy: bool) -> None:
         """Mark a node up or down; a down node's free GPUs are out of reach until it is up again."""
         if bool(self.healthy[node]) == healthy:
             return
+        self.changes += 1
         self.healthy[node] = healthy
         self.free_gpus_total += int(self.free_gpus[node]) * (1 if healthy else -1)
 
     def txn(self) -> Txn:
         return Txn(self)
-
-
-def _overlaps(geometry: dict[str, MigProfile], name: str, start: int, mask: int) -> bool:
-    return bool(geometry[name].mask(start) & mask)
 
 
 class Txn:
@@ -468,6 +460,7 @@ class Txn:
         only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
         self._check_open()
         self._state.free_gpus -= gpus
+        self._state.changes += 1
         self._held.append(gpus)
 
     def commit(self) -> None:
@@ -486,6 +479,7 @@ class Txn:
     def _end(self) -> None:
         for gpus in self._held:  # holds end with the transaction, committed or not
             self._state.free_gpus += gpus
+            self._state.changes += 1
         self._held.clear()
         self._open = False
 

@@ -111,10 +111,10 @@ class Recorder:
                     slowdown: float) -> None:
         rec = self.jobs[job.id]
         self.waits.left(job.id, now_s)
-        nodes = self.cluster.nodes
-        names = [nodes[int(i)].name for i in alloc.nodes]
-        racks = len(np.unique(self.cluster.rack_idx[alloc.nodes]))
-        run = RunRecord(now_s, names, [int(c) for c in alloc.counts], alloc.gpus, racks, progress_from_s,
+        nodes, rack_idx = alloc.nodes.tolist(), self.cluster.rack_idx
+        names = [self.cluster.nodes[i].name for i in nodes]
+        racks = len({rack_idx.item(i) for i in nodes})
+        run = RunRecord(now_s, names, alloc.counts.tolist(), alloc.gpus, racks, progress_from_s,
                         slowdown=slowdown)
         rec.runs.append(run)
         rec.state = JobState.RUNNING
@@ -173,10 +173,12 @@ class Recorder:
             self._evicted_needed_gpus[1] += eviction.needed_gpus
 
     def _node_change(self, alloc: Allocation, now_s: float, sign: int) -> None:
-        idx = alloc.nodes
-        self._node_gpu_s[idx] += self._node_alloc[idx] * (now_s - self._node_since[idx])
-        self._node_since[idx] = now_s
-        self._node_alloc[idx] += sign * alloc.counts * alloc.task.gpus
+        gpu_s, held, since = self._node_gpu_s, self._node_alloc, self._node_since
+        gpus = sign * alloc.task.gpus
+        for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):  # few nodes: scalars
+            gpu_s[node] = gpu_s.item(node) + held.item(node) * (now_s - since.item(node))
+            since[node] = now_s
+            held[node] = held.item(node) + gpus * count
 
     def _mark(self, now_s: float) -> None:
         if self._t and self._t[-1] == now_s:

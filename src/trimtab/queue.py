@@ -235,10 +235,13 @@ class RunningKeys:
     def refresh(self, ctx: CycleContext) -> None:
         """Bring the cache up to `ctx`: keys of jobs started outside a cycle, expired keys, stopped jobs."""
         if self._dynamic:
-            self.keys.clear()
-            self.keys.update({jid: self._order_key(run.job, ctx) for jid, run in ctx.running.items()})
-            self._entry = {jid: (key, ctx.running[jid].start_s, jid) for jid, key in self.keys.items()}
-            self.ranked[:] = sorted(self._entry.values())
+            keys, order_key = self.keys, self._order_key
+            keys.clear()
+            entries = self._entry = {}
+            for jid, run in ctx.running.items():  # one pass: every key is asked once per cycle
+                key = keys[jid] = order_key(run.job, ctx)
+                entries[jid] = (key, run.start_s, jid)
+            self.ranked[:] = sorted(entries.values())
             return
         if len(self.keys) != len(ctx.running):  # jobs started outside a cycle (e.g. re-adopted)
             for job_id, run in ctx.running.items():

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trimtab.cluster import GPU_MILLI, MIG_GEOMETRY, Allocation, ClusterState, mig_model
+from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
+from trimtab.mig import MIG_GEOMETRY, mig_model
 from trimtab.model import Node, Resources
 
 

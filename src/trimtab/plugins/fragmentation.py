@@ -14,6 +14,7 @@ from trimtab.plugins.place import tie_rank, top_node
 from trimtab.policy import CycleContext, Plugin
 
 Kind = tuple[int, int, int, tuple[str, ...]]
+_FEW = 8  # stale nodes up to which a score is refreshed on Python scalars (`_refresh_few`)
 
 
 def _constrained_share(counts: Iterable[tuple[Kind, float]]) -> dict[tuple[str, ...], float]:
@@ -154,6 +155,10 @@ class _FragmentationPlacer(Plugin):
         self._model_ok: np.ndarray | None = None
         self._node_weight: np.ndarray | None = None
         self._cluster: ClusterState | None = None
+        self._known: dict[int, float] = {}  # measure by state key (see `_values`), for `_known_for`
+        self._known_for: TargetWorkload | None = None
+        self._node_kind: list[tuple[bytes, float]] = []  # per node: its model mask and weight, as a state key part
+        self._known_few: dict[tuple[Any, ...], float] = {}  # measure by (CPU left, sorted GPU left, node kind)
 
     # the target is the given workload, else the distribution of requests seen so far (learned online)
     def _target(self, job: Job) -> TargetWorkload:
@@ -188,14 +193,20 @@ class _FragmentationPlacer(Plugin):
             self._caches.clear()
             self._model_ok = target.model_ok(cluster)
             self._node_weight = self.node_weight(target, cluster)
+            self._node_kind = [(col.tobytes(), w) for col, w in zip(self._model_ok.T, self._node_weight.tolist(),
+                                                                      strict=True)]
+        if self._known_for is not target:  # measures known are the target's
+            self._known, self._known_few, self._known_for = {}, {}, target
         key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
         cache = self._caches.get(key)
         if cache is None:
             cache = self._caches[key] = _Cache(len(cluster))
         # only nodes the task fits on now: a full node's entry stays stale until it is asked about while it fits
         stale = np.flatnonzero((cache.version != cluster.version) & (cluster.fit_counts(task) > 0))
-        if stale.size:
+        if stale.size > _FEW:
             self._refresh(cache, stale, task, target, cluster)
+        elif stale.size:
+            self._refresh_few(cache, stale.tolist(), task, target, cluster)
         self._last = cache
         return cache.score
 
@@ -230,11 +241,51 @@ class _FragmentationPlacer(Plugin):
         cache.gpu[nodes] = best if task.gpu_milli else -1
         cache.version[nodes] = cluster.version[nodes]
 
+    def _refresh_few(self, cache: _Cache, nodes: list[int], task: Resources, target: TargetWorkload,
+                     cluster: ClusterState) -> None:
+        """`_refresh` for a few nodes (the usual case: those changed since the kind was last scored) on Python
+        scalars: the same states, measures (looked up per target, the unknown ones computed in one batch), scores
+        and choices, without the fixed cost of the array version."""
+        assert self._model_ok is not None and self._node_weight is not None
+        known, share = self._known_few, task.gpu_milli
+        per_node: list[tuple[list[tuple[Any, ...]], list[bool]]] = []
+        for node in nodes:
+            cpu, row = cluster.free_cpu_milli.item(node), cluster.gpu_free_milli[node].tolist()
+            options, feasible = [], []
+            if share:  # one option per GPU: the share on that GPU
+                for gpu, free in enumerate(row):
+                    options.append([*row[:gpu], free - share, *row[gpu + 1:]])
+                    feasible.append(free >= share)
+            else:  # whole GPUs come from the idle ones with the lowest index (or none are asked)
+                idle = [gpu for gpu, free in enumerate(row) if free == GPU_MILLI][:task.gpus]
+                options.append([0 if gpu in idle else free for gpu, free in enumerate(row)])
+                feasible.append(True)
+            kind = self._node_kind[node]
+            states = [(cpu, tuple(sorted(row)), kind)]
+            states += [(cpu - task.cpu_milli, tuple(sorted(option)), kind) for option in options]
+            per_node.append((states, feasible))
+        new = {state: node for node, (states, _) in zip(nodes, per_node, strict=True) for state in states
+               if state not in known}
+        if new:
+            ok, weight = self._model_ok.T, self._node_weight
+            rows = list(new.values())
+            values = self.node_value(target, np.array([st[0] for st in new]), np.array([st[1] for st in new]),
+                                     ok[rows], weight[rows])
+            known.update(zip(new, values.tolist(), strict=True))
+        for node, (states, feasible) in zip(nodes, per_node, strict=True):
+            now = known[states[0]]
+            scores = self.to_score(np.array([now - known[st] for st in states[1:]])).tolist()
+            scores = [score if ok else -1.0 for score, ok in zip(scores, feasible, strict=True)]
+            best = max(range(len(scores)), key=scores.__getitem__)  # the first of equals: lowest GPU index
+            cache.score[node] = max(scores[best], 0.0)
+            cache.gpu[node] = best if share else -1
+            cache.version[node] = cluster.version.item(node)
+
     def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray,
                 node_weight: np.ndarray) -> np.ndarray:
-        """The measure of many states, each distinct state computed once (states keyed by a 64-bit hash of the CPU
-        left, the sorted GPU left, the model mask and the node weight; the measure does not depend on the order of
-        GPUs)."""
+        """The measure of many states, each distinct state computed once for the target (states keyed by a 64-bit
+        hash of the CPU left, the sorted GPU left, the model mask and the node weight; the measure does not depend
+        on the order of GPUs, nor on the batch it is computed in): a node's few states recur, so most are known."""
         gpu = np.sort(gpu, axis=1)
         with np.errstate(over="ignore"):
             key = cpu.astype(np.uint64) * _HASH[0]
@@ -242,9 +293,16 @@ class _FragmentationPlacer(Plugin):
                 key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
             key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
             key = key * _HASH[1] + node_weight.astype(np.float64).view(np.uint64)
-        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-        out = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
-        return out[inverse.reshape(-1)]
+        known, keys = self._known, key.tolist()
+        new: dict[int, int] = {}  # unknown state -> its first row
+        for row, k in enumerate(keys):
+            if k not in known and k not in new:
+                new[k] = row
+        if new:
+            first = np.fromiter(new.values(), dtype=np.int64, count=len(new))
+            values = self.node_value(target, cpu[first], gpu[first], ok[first], node_weight[first])
+            known.update(zip(new, values.tolist(), strict=True))
+        return np.array([known[k] for k in keys])
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         self._rank = tie_rank(ctx, getattr(self, "_rank", None))

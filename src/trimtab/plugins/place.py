@@ -28,7 +28,8 @@ class Pack(Plugin):
         whole = slack >= 0
         if whole.any():
             idx = cand[whole]
-            best = np.lexsort((idx, -score[idx], free[whole]))[0]
+            # no score to break ties: the first node of the fewest free (idx ascends), as the lexsort gives
+            best = np.lexsort((idx, -score[idx], free[whole]))[0] if score.any() else np.argmin(free[whole])
             return Allocation(np.array([idx[best]]), np.array([need]), job.task)
         order = np.lexsort((cand, -score[cand], -cand_fit))
         csum = np.cumsum(cand_fit[order])

@@ -140,10 +140,14 @@ def _reprieve_on_node(node: int, victims: list[tuple[int, str, list[int]]], have
 def _nearest_first(walk: Ranked, room: _Room) -> Iterator[tuple[Hashable, str]]:
     """The victims level by level (worst level first), inside a level those on the nodes with the most free room
     for the gang first (their eviction completes a task soonest), then in the plugin's order."""
+    free, allowed, running = room.free[0], room.allowed, room.running
+
+    def room_of(entry: tuple[Hashable, str]) -> int:  # the most free room on a node of the victim the job may use
+        nodes = running[entry[1]].alloc.nodes.tolist()
+        return max((free[node] for node in nodes if allowed[node]), default=-1)
+
     for _, group in groupby(walk, key=lambda entry: entry[0]):
-        entries = list(group)
-        room_of = {jid: max((room.free[0][node] for node, _ in room.held(jid)), default=-1) for _, jid in entries}
-        yield from sorted(entries, key=lambda entry: -room_of[entry[1]])
+        yield from sorted(group, key=lambda entry: -room_of(entry))
 
 
 def _gang(job: Job, walk: Ranked, room: _Room, fit: list[int]) -> list[str] | None:
