@@ -21,8 +21,7 @@ STARVE_FACTOR = 10.0
 
 SUMMARY_KEYS = (
     "jobs_submitted", "jobs_completed", "jobs_failed", "jobs_cancelled", "jobs_lost",
-    "avg_jct_s", "jct_std_s", "p50_jct_s", "p95_jct_s", "p99_jct_s",
-    "avg_wait_s", "p99_wait_s", "avg_slowdown",
+    "avg_jct_s", "jct_std_s", "p50_jct_s", "p95_jct_s", "p99_jct_s", "avg_wait_s", "p99_wait_s", "avg_slowdown",
     "throughput_cv", "goodput_cv",
     "gpu_util", "cpu_util", "mem_util", "backlogged_util", "node_util_variance",
     "cross_node_ratio", "cross_rack_ratio", "net_util",
