@@ -203,3 +203,33 @@ def test_tolerations_and_affinity_survive_a_restart(tmp_path: Path) -> None:
             assert node_of(admin, waiting) == "infer"
     finally:
         server.stop()
+
+
+def test_jobs_stored_before_revision_0005_have_no_constraints(tmp_path: Path) -> None:
+    """Revision 0005 adds `jobs.tolerations`, `affinity` and `labels`; a job stored before reads with none of them
+    and becomes the scheduler's Job as it was."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from trimtab.serve.attempts import job_of
+    from trimtab.serve.store import MIGRATIONS_DIR, JobRow, Store, sqlite_url
+
+    store = Store(sqlite_url(tmp_path / "old.db"))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with store.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0004")
+        connection.execute(text(
+            "INSERT INTO jobs (name, tenant, user, state, priority, priority_class, tasks, gpus_per_task, cpu_milli, "
+            "mem_mib, gpu_models, node_selector, command, env, max_retries, attempts, failures, preemptions, "
+            "submit_s, reason, cancel_requested) VALUES ('old', 'default', '', 'pending', 0, '', 1, 2, 0, 0, '[]', "
+            "'{\"zone\": \"a\"}', '[\"true\"]', '{}', 0, 0, 0, 0, 1.0, '', 0)"))
+    store.upgrade()
+    with store.reader() as s:
+        [row] = s.query(JobRow).all()
+        assert (row.tolerations, row.affinity, row.labels) == ([], None, {})
+        job = job_of(row)
+    assert (job.tolerations, job.node_affinity, job.pod_affinity, dict(job.node_selector)) == ((), (), None,
+                                                                                               {"zone": "a"})
