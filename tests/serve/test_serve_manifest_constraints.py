@@ -5,6 +5,7 @@ the store across a SIGKILL and a restart. Both nodes of the cluster file are tai
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,3 +234,17 @@ def test_jobs_stored_before_revision_0005_have_no_constraints(tmp_path: Path) ->
         job = job_of(row)
     assert (job.tolerations, job.node_affinity, job.pod_affinity, dict(job.node_selector)) == ((), (), None,
                                                                                                {"zone": "a"})
+
+
+def test_affinity_values_that_are_not_a_list_are_refused_naming_the_field() -> None:
+    """Kubernetes, NodeSelectorRequirement.values: an array of strings. A number or a boolean there is a 422
+    naming the field (it once raised a TypeError: a 500)."""
+    from trimtab.serve.submission import SubmissionError, spec_from_dict
+
+    for values in (True, 1.5, "a"):
+        term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": values}]}
+        with pytest.raises(SubmissionError, match=re.escape("nodeSelectorTerms[0].matchExpressions[0].values: "
+                                                            "must be a list")) as err:
+            spec_from_dict({"command": ["true"], "affinity": {"nodeAffinity": {REQUIRED: {"nodeSelectorTerms": [
+                term]}}}})
+        assert err.value.field == "affinity"
