@@ -14,9 +14,9 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from trimtab.formats import yaml_document
 from trimtab.policy import Plugin
 
 if TYPE_CHECKING:
@@ -206,10 +206,7 @@ class Profile(BaseModel):
             if not builtin.is_file():
                 raise ValueError(f"unknown policy {source!r}; built in: {', '.join(cls.builtin_names())}")
             text = builtin.read_text()
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ValueError(f"profile {source}: not valid YAML: {exc}") from exc
+        data = yaml_document(text, f"profile {source}")  # a FormatError (a ValueError) names the file and line
         if not isinstance(data, dict):
             raise ValueError(f"profile {source}: expected a mapping at the top level")
         try:

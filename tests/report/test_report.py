@@ -51,29 +51,34 @@ def test_differences_within_half_a_percent_are_ties_and_a_tie_of_all_bolds_none(
     assert best["gpu_util"] == set(), "a 1e-7 difference bolds nobody"
 
 
+def _runs(summaries: dict[str, list[dict[str, float]]]) -> dict[str, list[dict[str, Any]]]:
+    """Run records holding only these summaries (one per seed)."""
+    return {name: [{"summary": summary} for summary in seeds] for name, seeds in summaries.items()}
+
+
 def test_the_verdict_names_the_best_by_how_much_against_the_baseline_with_the_spread_over_seeds() -> None:
     groups = {"fifo": [{"avg_jct_s": 200.0}, {"avg_jct_s": 220.0}],
               "sjf": [{"avg_jct_s": 100.0}, {"avg_jct_s": 140.0}],
               "las": [{"avg_jct_s": 150.0}, {"avg_jct_s": 150.0}]}
-    jct = next(f for f in verdict(groups, "fifo") if f.column.key == "avg_jct_s")
+    jct = next(f for f in verdict(_runs(groups), "fifo") if f.column.key == "avg_jct_s")
     assert jct.best == ("sjf",) and jct.change == pytest.approx(120 / 210 - 1)
     assert (jct.seeds_better, jct.seeds_paired) == (2, 2)
     text = finding_text(jct, "fifo")
     assert text == ("average job completion time: sjf, 120 s (100 to 140 s over 2 seeds), 42.9% lower than fifo "
                     "(210 s); better in 2 of 2 seeds")
-    against_las = next(f for f in verdict(groups, "las") if f.column.key == "avg_jct_s")
+    against_las = next(f for f in verdict(_runs(groups), "las") if f.column.key == "avg_jct_s")
     assert "lower than las" in finding_text(against_las, "las")
     with pytest.raises(ValueError, match=r"--baseline drf: no such policy.*fifo, sjf, las"):
-        verdict(groups, "drf")
+        verdict(_runs(groups), "drf")
 
 
 def test_a_tie_is_said_as_a_tie() -> None:
     groups = {"fifo": [{"avg_wait_s": 50.0}], "sjf": [{"avg_wait_s": 40.0}], "las": [{"avg_wait_s": 40.1}]}
-    wait = next(f for f in verdict(groups, "fifo") if f.column.key == "avg_wait_s")
+    wait = next(f for f in verdict(_runs(groups), "fifo") if f.column.key == "avg_wait_s")
     assert wait.best == ("sjf", "las")
     assert finding_text(wait, "fifo").startswith("average wait: sjf and las tie within 0.5%, 40 s, 20.0% lower")
     alike = {"fifo": [{"avg_wait_s": 50.0}], "sjf": [{"avg_wait_s": 50.0}]}
-    assert "all policies the same within 0.5%" in finding_text(verdict(alike, "fifo")[3], "fifo")
+    assert "all policies the same within 0.5%" in finding_text(verdict(_runs(alike), "fifo")[3], "fifo")
 
 
 def test_windows_are_sized_to_the_run() -> None:

@@ -184,7 +184,8 @@ def test_a_new_tenant_has_the_servers_defaults(admin: httpx.Client) -> None:
     ({"node_selector": {"gpu": "a100"}},
      "no node has label gpu=a100; labels present: trimtab.io/rack=rack-0, zone=a, zone=b"),
     ({"node_selector": {"zone": "b"}},
-     "no node meets all of the job's constraints together, though each is met by some node (a, b)"),
+     "no node meets all of the job's constraints (node selector, GPU models, tolerations, node affinity) together, "
+     "though each is met by some node (a, b)"),
     ({"node_selector": {"zone": "a"}, "gpus": 2, "tasks": 3},
      "the job's 3 tasks (2 GPUs each) cannot all run at once: the nodes it may use (a) hold 2 such tasks when empty"),
     ({"cpu_milli": 9000},
@@ -192,8 +193,8 @@ def test_a_new_tenant_has_the_servers_defaults(admin: httpx.Client) -> None:
 ])
 def test_a_job_no_node_could_ever_run_is_refused_with_the_reason(server: Server, admin: httpx.Client,
                                                                  spec: dict[str, Any], detail: str) -> None:
-    """The scheduler's own node filters (node selector, GPU model, taints: node b is tainted and jobs carry no
-    tolerations) run over the inventory at submission; a job none of them lets anywhere, or whose gang the nodes
+    """The scheduler's own node filters (node selector, GPU model, taints: node b is tainted and these jobs carry
+    no tolerations) run over the inventory at submission; a job none of them lets anywhere, or whose gang the nodes
     they allow cannot hold when empty, is refused (422) instead of pending forever."""
     def stored() -> int:
         return len(admin.get("/v1/jobs", params={"tenant": "picky"}).json()["jobs"])
@@ -268,7 +269,8 @@ def test_the_serve_flags_set_every_tenants_defaults() -> None:
 
 
 def test_a_cluster_whose_every_node_is_tainted_refuses_jobs_with_the_taints(tmp_path: Path) -> None:
-    """The taints filter of the scheduler, run at submission: no job of the server tolerates a NoSchedule taint."""
+    """The taints filter of the scheduler, run at submission: a job without tolerations tolerates no NoSchedule
+    taint."""
     from trimtab.model import Job, Resources
     from trimtab.serve.feasible import Feasibility
     from trimtab.serve.gpus import from_cluster_file
@@ -278,6 +280,6 @@ def test_a_cluster_whose_every_node_is_tainted_refuses_jobs_with_the_taints(tmp_
     job = Job(id="1", submit_s=0.0, tasks=1, task=Resources(gpus=1))
     refusal = Feasibility(["gpu-model", "node-selector", "taints"]).refusal(job, nodes)
     assert refusal is not None and refusal.status == 422
-    assert refusal.detail == ("every node has a taint the job does not tolerate (x: gpu=h100:NoSchedule; jobs of this "
-                              "server carry no tolerations)")
+    assert refusal.detail == ("every node has a taint the job does not tolerate (x: gpu=h100:NoSchedule); the job's "
+                              "tolerations: none")
     assert Feasibility(["gpu-model", "node-selector"]).refusal(job, nodes) is None, "a policy without the taints filter"

@@ -122,7 +122,7 @@ def _summary_table(groups: dict[str, list[dict[str, Any]]]) -> Table:
 
 
 def _print_verdict(groups: dict[str, list[dict[str, Any]]], baseline: str | None) -> None:
-    """The report's verdict as lines under the table."""
+    """The report's verdict (runs by policy, one per seed) as lines under the table."""
     from trimtab.report.verdict import default_baseline, finding_text, verdict
 
     baseline = baseline or default_baseline(list(groups))
@@ -263,7 +263,7 @@ def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | N
     table = _summary_table({name: [r["summary"] for r in seeds] for name, seeds in groups.items()})
     table.title = f"{title}: {wall:.1f} s"
     console.print(table)
-    _print_verdict({name: [r["summary"] for r in seeds] for name, seeds in groups.items()}, how.baseline)
+    _print_verdict(groups, how.baseline)
     if out_dir:
         for name, seeds in groups.items():
             for seed, run in zip(how.seeds, seeds, strict=True):
@@ -309,7 +309,7 @@ def report_cmd(runs: Annotated[list[Path], typer.Argument(help="Run files writte
     except ValueError as exc:
         fail(str(exc))
     console.print(_summary_table(summaries))
-    _print_verdict(summaries, baseline)
+    _print_verdict(groups, baseline)
     console.print(f"report written to {index}")
 
 

@@ -85,6 +85,16 @@ def yaml_documents(text: str, source: str, limits: YamlLimits = FILE_YAML) -> li
     return out
 
 
+def yaml_document(text: str, source: str, limits: YamlLimits = FILE_YAML) -> Any:
+    """The data of a text that holds one YAML document (None when it holds none), read by `yaml_documents`: the
+    loader of every single-document file (profiles, fault and speed tables, the client's config). Raises as
+    `yaml_documents` does, each error naming `source`, and FormatError for a text of several documents."""
+    documents = yaml_documents(text, source, limits)
+    if len(documents) > 1:
+        raise FormatError(source, f"expected one YAML document, got {len(documents)}", line=documents[1][1])
+    return documents[0][2] if documents else None
+
+
 def _check_events(text: str, source: str, limits: YamlLimits) -> None:
     """Walk the parser's events once (no values built) and refuse the first thing over a bound."""
     loader = yaml.CSafeLoader(text)
@@ -211,4 +221,4 @@ from trimtab.formats.cluster import load_cluster  # noqa: E402
 from trimtab.formats.traces import TRACE_FORMATS, load_trace, write_csv  # noqa: E402
 
 __all__ = ["FILE_YAML", "TRACE_FORMATS", "FormatError", "YamlLimits", "YamlSyntaxError", "load_cluster", "load_trace",
-           "write_csv", "yaml_documents"]
+           "write_csv", "yaml_document", "yaml_documents"]

@@ -72,7 +72,7 @@ def write_report(runs: Mapping[str, Sequence[Run]], out_dir: str | Path, title: 
     if not runs or any(not seeds for seeds in runs.values()):
         raise ValueError("a report needs at least one run of each policy")
     baseline = baseline or default_baseline(list(runs))
-    findings = verdict({name: [r["summary"] for r in seeds] for name, seeds in runs.items()}, baseline)
+    findings = verdict(runs, baseline)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     first = {name: seeds[0] for name, seeds in runs.items()}

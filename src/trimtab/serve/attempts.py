@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from trimtab.cluster import GPU_MILLI, Allocation
 from trimtab.model import Job, Resources
+from trimtab.serve.placement import read_placement
 from trimtab.serve.store import JobRow
 
 
@@ -49,8 +50,10 @@ def milli_of(row: JobRow) -> int:
 
 
 def job_of(row: JobRow) -> Job:
-    """The scheduler's view of a stored job."""
+    """The scheduler's view of a stored job, its tolerations and affinity read as at submission."""
+    tolerations, affinity = read_placement(row.tolerations, row.affinity, row.labels)
     return Job(id=str(row.id), submit_s=row.submit_s, tasks=row.tasks,
                task=Resources(row.gpus_per_task, row.cpu_milli, row.mem_mib, gpu_milli=row.gpu_milli),
                tenant=row.tenant, priority=row.priority, gpu_models=tuple(row.gpu_models),
-               node_selector=dict(row.node_selector))
+               node_selector=dict(row.node_selector), tolerations=tolerations, node_affinity=affinity.node_required,
+               node_preferences=affinity.node_preferred, pod_affinity=affinity.pods, labels=dict(row.labels))

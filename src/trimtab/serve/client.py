@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import yaml
 
+from trimtab.formats import yaml_document
 from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.errors import ServeError
 
@@ -35,9 +36,10 @@ def read_config(path: Path) -> dict[str, str]:
     if not path.exists():
         return {}
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise ValueError(f"{path}: cannot read the client's config file: {exc}") from exc
+        text = path.read_text()
+    except OSError as exc:
+        raise ValueError(f"{path}: cannot read the client's config file: {exc.strerror or exc}") from None
+    data = yaml_document(text, f"the client's config file {path}")  # a FormatError names the file and line
     data = {} if data is None else data
     if not isinstance(data, dict) or not set(data) <= set(CONFIG_KEYS):
         raise ValueError(f"{path}: the client's config file holds a mapping of {' and '.join(CONFIG_KEYS)}, got "

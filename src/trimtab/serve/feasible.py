@@ -18,7 +18,8 @@ from trimtab.policy import CycleContext
 from trimtab.serve.errors import ServeError
 
 _SHOWN = 12  # labels or taints quoted in a refusal, at most
-_FIELD = {"gpu-model": "gpu_models", "node-selector": "node_selector"}
+_FIELD = {"gpu-model": "gpu_models", "node-selector": "node_selector", "taints": "tolerations",
+          "node-affinity": "affinity"}
 
 
 class Feasibility:
@@ -51,8 +52,9 @@ class Feasibility:
                     return ServeError(422, _why(name, job, nodes), _FIELD.get(name, ""))
                 allowed &= mask
             if not allowed.any():
-                return ServeError(422, "no node meets all of the job's constraints together, though each is met by "
-                                  f"some node ({_listed([n.name for n in nodes])})", "node_selector")
+                return ServeError(422, "no node meets all of the job's constraints (node selector, GPU models, "
+                                  "tolerations, node affinity) together, though each is met by some node "
+                                  f"({_listed([n.name for n in nodes])})", "")
             fit = int(ctx.cluster.fit_counts(job.task)[allowed].sum())
         if fit < job.tasks:
             names = _listed([node.name for node, ok in zip(nodes, allowed, strict=True) if ok])
@@ -78,9 +80,24 @@ def _why(name: str, job: Job, nodes: tuple[Node, ...]) -> str:
     if name == "taints":
         shown = sorted({f"{n.name}: {t.key}={t.value}:{t.effect}" for n in nodes for t in n.taints
                         if t.effect != "PreferNoSchedule" and not tolerates(job.tolerations, t)})
-        return f"every node has a taint the job does not tolerate ({_listed(shown)}; jobs of this server carry no " \
-               "tolerations)"
+        held = ", ".join(_toleration_text(t) for t in job.tolerations) or "none"
+        return f"every node has a taint the job does not tolerate ({_listed(shown)}); the job's tolerations: {held}"
+    if name == "node-affinity":
+        terms = " or ".join(" and ".join(_expression_text(e) for e in term) for term in job.node_affinity)
+        present = sorted({f"{k}={v}" for n in nodes for k, v in n.labels.items()})
+        return f"no node matches the job's required node affinity ({terms}); labels present: {_listed(present)}"
     return f"no node passes the {name} filter"
+
+
+def _toleration_text(toleration: tuple[str, str, str, str]) -> str:
+    key, op, value, effect = toleration
+    what = (key or "every key") + (f"={value}" if op == "Equal" else " (any value)")
+    return f"{what}:{effect or 'every effect'}"
+
+
+def _expression_text(expression: tuple[str, str, tuple[str, ...]]) -> str:
+    key, op, values = expression
+    return f"{key} {op} ({', '.join(values)})" if values else f"{key} {op}"
 
 
 def _listed(items: list[str]) -> str:

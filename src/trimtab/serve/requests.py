@@ -284,10 +284,11 @@ def _row_of(spec: JobSpec, tenant: str, now_s: float) -> JobRow:
     return JobRow(name=spec.name, tenant=tenant, user="", state="pending", priority=spec.priority,
                   priority_class=spec.priority_class or "", tasks=spec.tasks, gpus_per_task=spec.gpus,
                   gpu_milli=spec.gpu_milli, cpu_milli=spec.cpu_milli, mem_mib=spec.mem_mib,
-                  gpu_models=list(spec.gpu_models), node_selector=dict(spec.node_selector), command=list(spec.command),
-                  env=dict(spec.env), workdir=spec.workdir, max_retries=spec.retries, submit_s=now_s,
-                  idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0, failures=0,
-                  preemptions=0, reason="")
+                  gpu_models=list(spec.gpu_models), node_selector=dict(spec.node_selector),
+                  tolerations=spec.tolerations, affinity=spec.affinity, labels=dict(spec.labels),
+                  command=list(spec.command), env=dict(spec.env), workdir=spec.workdir, max_retries=spec.retries,
+                  submit_s=now_s, idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0,
+                  failures=0, preemptions=0, reason="")
 
 
 def _gpus_text(milli: int) -> str:

@@ -18,7 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationIn
 from trimtab.cluster import GPU_MILLI
 from trimtab.formats import FormatError, YamlLimits, YamlSyntaxError
 from trimtab.formats.k8s import Container, Launch, PriorityClass, documents_of_text, read_documents
+from trimtab.formats.k8s.affinity import Affinity
 from trimtab.model import Job
+from trimtab.serve.placement import affinity_json, read_placement, tolerations_json
 from trimtab.units import shown
 
 MAX_TASKS = 1024
@@ -66,6 +68,14 @@ class JobSpec(BaseModel):
     priority_class: str | None = Field(None, max_length=100, description=f"one of {', '.join(PRIORITY_CLASSES)}")
     gpu_models: list[str] = Field(default_factory=list, max_length=32)
     node_selector: dict[str, str] = Field(default_factory=dict, max_length=64)
+    tolerations: list[dict[str, Any]] = Field(
+        default_factory=list, max_length=64, description="Kubernetes tolerations of every task: [{key, operator "
+        "(Equal or Exists), value, effect}]; a node's NoSchedule and NoExecute taints keep out jobs that do not "
+        "tolerate them")
+    labels: dict[str, str] = Field(default_factory=dict, max_length=64,
+                                   description="the tasks' pod labels, which other jobs' pod affinity selects")
+    affinity: dict[str, Any] | None = Field(None, description="a Kubernetes pod spec's affinity: nodeAffinity, "
+                                            "podAffinity and podAntiAffinity, required and preferred")
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
     workdir: str | None = Field(None, max_length=4096)
     retries: int = Field(0, ge=0, le=100)
@@ -126,7 +136,23 @@ class JobSpec(BaseModel):
             raise ValueError("must not contain control characters")
         return value
 
-    @field_validator("gpu_models", "node_selector")
+    @field_validator("tolerations")
+    @classmethod
+    def _tolerations_ok(cls, value: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        try:
+            return tolerations_json(read_placement(value, None, {})[0])  # kept as the reader understood them
+        except FormatError as exc:
+            raise ValueError(f"at {exc.field}: {exc.problem}") from None
+
+    @field_validator("affinity")
+    @classmethod
+    def _affinity_ok(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        try:
+            return affinity_json(read_placement([], value, info.data.get("labels", {}))[1])
+        except FormatError as exc:
+            raise ValueError(f"at {exc.field}: {exc.problem}") from None
+
+    @field_validator("gpu_models", "node_selector", "labels")
     @classmethod
     def _no_control_characters(cls, value: list[str] | dict[str, str]) -> list[str] | dict[str, str]:
         items = [*value.items()] if isinstance(value, dict) else [(item, "") for item in value]
@@ -240,10 +266,11 @@ def read_manifest(text: str) -> JobSpec:
 
     Every pod of the gang runs the same single container: its `command` + `args` are the command (the image is
     not used: tasks run on this machine), with its literal `env` and `workingDir`. GPUs, cpu and memory are the
-    pod's requests (a request left out is its limit); `nodeSelector` is kept; tolerations and affinity are read
-    and checked, then not used. The namespace, when written, is the tenant. `priorityClassName` names one of the
-    server's classes. Annotations: `trimtab.io/retries` overrides the retries; `trimtab.io/gpu-milli` asks for a
-    share of one GPU (`nvidia.com/gpu` then absent, 0 or 1).
+    pod's requests (a request left out is its limit); `nodeSelector`, `tolerations`, `affinity` (node, pod and
+    pod anti-affinity, required and preferred) and the pod's labels are kept and honoured. The namespace, when
+    written, is the tenant. `priorityClassName` names one of the server's classes. Annotations:
+    `trimtab.io/retries` overrides the retries; `trimtab.io/gpu-milli` asks for a share of one GPU
+    (`nvidia.com/gpu` then absent, 0 or 1).
 
     Unknown fields and kinds, and resources other than nvidia.com/gpu, cpu and memory, are errors. Errors name
     the document and the field; a container's resource is named without its requests/limits level
@@ -320,8 +347,13 @@ def _job_spec(job: Job, launch: Launch) -> JobSpec:
         "name": job.id.partition("/")[2], "command": list(container.argv), "gpus": gpus, "gpu_milli": gpu_milli,
         "tasks": job.tasks, "cpu_milli": job.task.cpu_milli, "mem_mib": job.task.mem_mib,
         "node_selector": dict(job.node_selector), "env": env, "workdir": container.workdir, "retries": retries,
-        "priority_class": job.priority_class or None, "tenant": launch.namespace,
+        "priority_class": job.priority_class or None, "tenant": launch.namespace, "labels": dict(job.labels),
+        "tolerations": tolerations_json(job.tolerations),
     }
+    try:
+        data["affinity"] = affinity_json(Affinity(job.node_affinity, job.node_preferences, job.pod_affinity))
+    except FormatError as exc:
+        raise SubmissionError(f"{launch.source}: {exc.problem}", f"{pod.path}.{exc.field}") from None
     try:
         return JobSpec.model_validate(data)
     except ValidationError as exc:
@@ -330,6 +362,8 @@ def _job_spec(job: Job, launch: Launch) -> JobSpec:
         message = f"{err['msg'].removeprefix('Value error, ')}, got {excerpt(err['input'])}"
         fields = {"name": "metadata.name", "tenant": "metadata.namespace", "tasks": "spec",
                   "retries": "spec.backoffLimit", "node_selector": f"{pod.path}.nodeSelector",
+                  "tolerations": f"{pod.path}.tolerations", "affinity": f"{pod.path}.affinity",
+                  "labels": "metadata.labels",
                   "command": f"{container.path}.command", "env": f"{container.path}.env",
                   "workdir": f"{container.path}.workingDir", "gpus": f"{container.path}.resources.nvidia.com/gpu",
                   "cpu_milli": f"{container.path}.resources.cpu", "mem_mib": f"{container.path}.resources.memory"}

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
-import yaml
 
 from trimtab.cluster import ClusterState
+from trimtab.formats import yaml_document
 from trimtab.model import Outcome
 from trimtab.sim.engine import Engine, Kind
 from trimtab.units import parse_duration_s
@@ -97,7 +97,7 @@ class FaultSpec:
         path = Path(spec)
         if path.suffix in (".yaml", ".yml") or (path.exists() and "=" not in spec):
             try:
-                data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+                data = yaml_document(path.read_text(encoding="utf-8"), f"faults file {spec}") or {}
             except OSError as exc:
                 raise ValueError(f"faults file {spec}: {exc.strerror or exc}") from None
             if not isinstance(data, dict):
@@ -138,7 +138,8 @@ class FaultSpec:
                 elif key == "schedule":
                     schedule += _schedule(value, source)
                 elif key == "schedule-file":
-                    schedule += _schedule(yaml.safe_load((folder / str(value)).read_text(encoding="utf-8")), source)
+                    file = folder / str(value)
+                    schedule += _schedule(yaml_document(file.read_text(encoding="utf-8"), str(file)), source)
                 else:
                     raise ValueError(f"unknown key {raw_key!r}")
             except (TypeError, AttributeError, OSError) as exc:

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Protocol
 
 import numpy as np
-import yaml
 
 from trimtab.cluster import Allocation, ClusterState
+from trimtab.formats import yaml_document
 from trimtab.model import Job
 
 
@@ -147,7 +147,7 @@ class GpuThroughputs:
                     if math.isfinite(rate) and rate > 0:
                         rates.setdefault((str(job_type), int(scale)), {})[model] = rate
         else:
-            table = yaml.safe_load(text)
+            table = yaml_document(text, str(path))
             if not isinstance(table, dict):
                 raise ValueError(f"{path}: expected a mapping {{gpu model: {{job type: steps/s}}}}")
             for model, entries in table.items():

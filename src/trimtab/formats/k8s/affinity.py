@@ -102,7 +102,7 @@ def _node_selector_term(doc: Doc, term: dict[str, Any], path: str) -> NodeTerm:
             epath = f"{path}.{part}[{j}]"
             if not isinstance(e, dict) or "key" not in e or e.get("operator") not in _OPERATORS:
                 raise doc.error(epath, f"needs key and an operator of {', '.join(_OPERATORS)}")
-            values = tuple(str(v) for v in (e.get("values") or []))
+            values = tuple(str(v) for v in list_field(doc, e.get("values"), f"{epath}.values"))
             op = e["operator"]
             _check_values(doc, op, values, f"{epath}.values")
             if op in ("Gt", "Lt") and (len(values) != 1 or not values[0].lstrip("-").isdigit()):
