@@ -1,0 +1,260 @@
+"""Resize plugins for elastic jobs (`Job.elastic`): elastic-shrink (a waiting job takes GPUs from elastic jobs
+above their minimum when their loss is smaller than its gain) and elastic-grow (idle GPUs go to the running
+elastic jobs with the highest marginal goodput per GPU). Both keep a resize hysteresis: a minimum interval between
+resizes of one job, and a grow only when its expected gain repays the job's restart cost. See docs/elastic.md.
+
+Goodput is compared across jobs in GPUs' worth: a job's throughput on an allocation (its ScalingModel; linear
+when it has none) over its throughput on one task alone on one node, times the task's GPUs. A GPU added to a job
+that scales perfectly is worth one GPU; to a job that gains nothing from it, zero. A job's speedup (Pollux's
+normalisation, which weighs every job alike whatever its size) is its worth on an allocation over its worth on the
+GPUs it asked for, packed: a shrink compares speedups, so a waiting job is not served by slowing many others."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from trimtab.cluster import Allocation
+from trimtab.model import Elastic, Job
+from trimtab.policy import Cause, CycleContext, Decision, Plugin, Resize, RunningJob
+
+_STEPS = (1, 2, 4, 8, 16, 32, 64, 128)  # tasks a grow may add at once (the best per GPU of these is chosen)
+
+
+def worth_gpus(job: Job, tasks: int, nodes: int) -> float:
+    """What `tasks` tasks of `job` spanning `nodes` nodes are worth in GPUs (see the module docstring)."""
+    if job.scaling is None:
+        return float(tasks * job.task.gpus)
+    one = job.scaling.throughput(job.task.gpus, 1)
+    return job.task.gpus * job.scaling.throughput(tasks * job.task.gpus, nodes) / one
+
+
+def speedup(job: Job, tasks: int, nodes: int, per_node_gpus: int) -> float:
+    """`job`'s goodput on `tasks` tasks over `nodes` nodes relative to its goodput on the tasks it asked for,
+    packed on nodes of `per_node_gpus` GPUs (1.0: as fast as asked)."""
+    asked = worth_gpus(job, job.tasks, math.ceil(job.gpus / max(per_node_gpus, 1)))
+    return worth_gpus(job, tasks, nodes) / asked
+
+
+def _counts(alloc: Allocation, nodes: int) -> np.ndarray:
+    counts = np.zeros(nodes, dtype=np.int64)
+    counts[alloc.nodes] = alloc.counts
+    return counts
+
+
+def _allocation(counts: np.ndarray, alloc: Allocation) -> Allocation:
+    nodes = np.flatnonzero(counts)
+    return Allocation(nodes, counts[nodes], alloc.task)
+
+
+def _unplaced(alloc: Allocation) -> Allocation:
+    """The same nodes and counts without the GPUs a tentative Txn chose (the cycle chooses them when it applies)."""
+    return Allocation(alloc.nodes, alloc.counts, alloc.task)
+
+
+def grown(alloc: Allocation, room: np.ndarray, extra: int) -> Allocation | None:
+    """`alloc` with `extra` more tasks where `room` (tasks that fit per node) has room: on its own nodes first,
+    then on the nodes with the most room. None when there is not that much room."""
+    if int(room.sum()) < extra:
+        return None
+    counts = _counts(alloc, len(room))
+    for node in np.lexsort((-room, counts == 0)):
+        take = min(int(room[node]), extra)
+        counts[node] += take
+        extra -= take
+        if not extra:
+            return _allocation(counts, alloc)
+    return None
+
+
+def shrunk(alloc: Allocation, nodes: int) -> Allocation:
+    """`alloc` with one task less, taken from the node where it has the fewest (so it spans fewer nodes)."""
+    counts = _counts(alloc, nodes)
+    held = np.flatnonzero(counts)
+    counts[held[np.argmin(counts[held])]] -= 1
+    return _allocation(counts, alloc)
+
+
+class _Resizer(Plugin):
+    """What both resize plugins share: which running elastic jobs may be resized now (`min_interval_s` since the
+    job last started or was resized, not touched in this cycle), tracked without a pass over all running jobs."""
+
+    def __init__(self, min_interval_s: float = 300.0) -> None:
+        if min_interval_s < 0:
+            raise ValueError("min_interval_s must be >= 0")
+        self.min_interval_s = float(min_interval_s)
+        self._elastic: set[str] | None = None  # running elastic jobs (None: not read from the books yet)
+        self._next_ready_s: float | None = None  # when a job held back by the interval is next ready
+
+    def _resizable(self, ctx: CycleContext, decision: Decision, wanted: Callable[[Elastic, int], bool]
+                   ) -> list[RunningJob]:
+        """The running elastic jobs whose (range, tasks) `wanted` accepts and that may be resized now; notes when
+        the next of those held back by the interval may be (see `close`)."""
+        elastic = self._running_elastic(ctx)
+        elastic.intersection_update(ctx.running)
+        touched = {r.job_id for r in decision.resizes}
+        ready_s = ctx.now_s - self.min_interval_s
+        runs = [run for jid in sorted(elastic) if jid not in touched
+                and (run := ctx.running[jid]).job.elastic is not None and wanted(run.job.elastic, run.alloc.tasks)]
+        self._next_ready_s = min((run.start_s + self.min_interval_s for run in runs if run.start_s > ready_s),
+                                 default=None)
+        return [run for run in runs if run.start_s <= ready_s and run.start_s < ctx.now_s]
+
+    def _running_elastic(self, ctx: CycleContext) -> set[str]:
+        if self._elastic is None:
+            self._elastic = {jid for jid, run in ctx.running.items() if run.job.elastic is not None}
+        return self._elastic
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        """Book the elastic jobs the cycle started; wake up when a job held back by the interval may be resized,
+        if the last `resize` call wanted to."""
+        self._running_elastic(ctx).update(job.id for job, _ in decision.starts if job.elastic is not None)
+        wake_s, self._next_ready_s = self._next_ready_s, None
+        return wake_s
+
+
+class ElasticGrow(_Resizer):
+    """resize: idle GPUs go, a few at a time, to the running elastic job below its maximum whose goodput gains the
+    most per GPU added (at least `min_gain_per_gpu` GPUs' worth). The GPUs a shrink freed in the same cycle are
+    left to the waiting jobs it freed them for; GPUs no waiting job could take are used, and given back by a
+    shrink when a job ordered before the grown one needs them. Hysteresis: a job grows only when the time it saves
+    repays `repay` times its restart cost (`Elastic.resize_s`), the time it has left taken to be the time it has
+    run (no oracle: with heavy-tailed run times, a job that ran long is likely to run long)."""
+
+    name = "elastic-grow"
+
+    def __init__(self, min_interval_s: float = 300.0, min_gain_per_gpu: float = 0.1, repay: float = 2.0) -> None:
+        super().__init__(min_interval_s)
+        self.min_gain_per_gpu = float(min_gain_per_gpu)
+        self.repay = float(repay)
+
+    def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
+        if ctx.cluster.free_gpus_total <= 0 or any(r.shrinks for r in decision.resizes):
+            return []
+        runs = self._resizable(ctx, decision, lambda elastic, tasks: tasks < elastic.max_tasks)
+        out: list[Resize] = []
+        with ctx.cluster.txn() as txn:  # discarded: the cycle applies the answers
+            while runs and ctx.cluster.free_gpus_total > 0:
+                best = max(((self._best_grow(run, ctx), run) for run in runs), key=lambda c: c[0][0])
+                (gain, alloc), run = best
+                if alloc is None or gain < self.min_gain_per_gpu:
+                    break
+                txn.release(run.alloc)
+                txn.allocate(alloc)
+                out.append(Resize(run.job.id, run.alloc, _unplaced(alloc)))
+                runs.remove(run)
+        return out
+
+    def _best_grow(self, run: RunningJob, ctx: CycleContext) -> tuple[float, Allocation | None]:
+        """(GPUs' worth gained per GPU added, the allocation) of the best grow of `run` that repays its cost."""
+        job, alloc = run.job, run.alloc
+        assert job.elastic is not None
+        room = ctx.cluster.fit_counts(job.task)
+        if ctx.node_mask is not None:
+            room[~ctx.node_mask(job)] = 0
+        before = worth_gpus(job, alloc.tasks, len(alloc.nodes))
+        ran_s = ctx.executed_s(job.id)
+        best: tuple[float, Allocation | None] = (-math.inf, None)
+        for extra in _STEPS:
+            if alloc.tasks + extra > job.elastic.max_tasks:
+                break
+            bigger = grown(alloc, room, extra)
+            if bigger is None:
+                break
+            after = worth_gpus(job, bigger.tasks, len(bigger.nodes))
+            saved_s = ran_s * (1.0 - before / after) if after > before else 0.0
+            per_gpu = (after - before) / (extra * job.task.gpus)
+            if saved_s >= self.repay * job.elastic.resize_s and per_gpu > best[0]:
+                best = (per_gpu, bigger)
+        return best
+
+
+class ElasticShrink(_Resizer):
+    """resize: for the first waiting job that waits for room (`Cause.FIT`) and is ordered before them, running
+    elastic jobs above their minimum give back tasks, one at a time from the job that loses the least goodput
+    per GPU (in speedup), until the waiting job fits on the nodes its filters allow; done only when the speedup
+    the shrunk jobs lose, summed, is below the one the waiting job gains by starting (1: its full request) times
+    `max_loss`. One waiting job per cycle: the world runs the
+    next cycle at once, which starts it, and the shrink may then serve the next one. With `lower_order` False
+    any elastic job may shrink for any waiting job, whatever their order."""
+
+    name = "elastic-shrink"
+
+    def __init__(self, min_interval_s: float = 300.0, lower_order: bool = True, max_waiting: int = 4,
+                 max_loss: float = 1.0) -> None:
+        super().__init__(min_interval_s)
+        self.max_loss = float(max_loss)
+        self.lower_order = bool(lower_order)
+        self.max_waiting = int(max_waiting)
+
+    def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
+        waiting = [jid for jid, s in decision.waiting.items() if s.cause is Cause.FIT][:self.max_waiting]
+        if not waiting:
+            return []
+        runs = self._resizable(ctx, decision, lambda elastic, tasks: tasks > elastic.min_tasks)
+        if not runs:
+            return []
+        wanted = set(waiting)
+        for job in ctx.pending:  # in queue order; stops at the last waiting job asked about
+            if job.id in wanted:
+                answer = self._make_room(job, runs, ctx)
+                if answer:
+                    return answer
+                wanted.discard(job.id)
+                if not wanted:
+                    break
+        return []
+
+    def _make_room(self, job: Job, runs: list[RunningJob], ctx: CycleContext) -> list[Resize]:
+        if self.lower_order:
+            key = ctx.order_key(job)
+            runs = [run for run in runs if ctx.order_key(run.job) > key]
+        mask = ctx.node_mask(job) if ctx.node_mask is not None else np.ones(len(ctx.cluster), dtype=bool)
+        current = {run.job.id: run.alloc for run in runs}
+        jobs = {run.job.id: run.job for run in runs}
+        per_node = int(ctx.cluster.cap_gpus.max())
+        lost = 0.0
+        with ctx.cluster.txn() as txn:  # discarded: the cycle applies the answer
+            while not _fits(job, ctx, mask):
+                choice = self._cheapest(current, jobs, len(ctx.cluster), per_node)
+                if choice is None:
+                    return []
+                jid, smaller, loss = choice
+                lost += loss
+                if lost >= self.max_loss:
+                    return []
+                txn.release(current[jid])
+                txn.allocate(smaller)
+                current[jid] = smaller
+        return [Resize(jid, ctx.running[jid].alloc, _unplaced(alloc)) for jid, alloc in current.items()
+                if alloc is not ctx.running[jid].alloc]
+
+    @staticmethod
+    def _cheapest(current: dict[str, Allocation], jobs: dict[str, Job],
+                  nodes: int, per_node: int) -> tuple[str, Allocation, float] | None:
+        """The job whose next task given back loses the least speedup per GPU: (id, its smaller allocation, the
+        speedup lost); None when every job is at its minimum."""
+        best: tuple[str, Allocation, float] | None = None
+        best_per_gpu = math.inf
+        for jid, alloc in current.items():
+            job = jobs[jid]
+            assert job.elastic is not None
+            if alloc.tasks <= job.elastic.min_tasks:
+                continue
+            smaller = shrunk(alloc, nodes)
+            loss = (speedup(job, alloc.tasks, len(alloc.nodes), per_node)
+                    - speedup(job, smaller.tasks, len(smaller.nodes), per_node))
+            if loss / job.task.gpus < best_per_gpu:
+                best, best_per_gpu = (jid, smaller, loss), loss / job.task.gpus
+        return best
+
+
+def _fits(job: Job, ctx: CycleContext, mask: np.ndarray) -> bool:
+    fit = ctx.cluster.fit_counts(job.task)
+    fit[~mask] = 0
+    return int(np.minimum(fit, job.tasks).sum()) >= job.tasks
+
+
+PLUGINS = {"elastic-grow": ElasticGrow, "elastic-shrink": ElasticShrink}
