@@ -212,19 +212,27 @@ class PolluxScaling:
 
 
 def load_pollux(spec: str) -> list[Job]:
-    """The jobs of a Pollux workload. `spec` is `PATH[,profiles=DIR][,elastic]`: PATH a `workload-N.csv`; DIR the
-    folder of the application profiles (default: `traces/` beside the workload's folder, as the artifact lays them
-    out). Without `elastic`, each job runs its tuned `num_replicas` GPUs with its tuned `batch_size` (what Pollux's
-    Tiresias and Optimus runs assume); with it, a job asks for its tuned GPUs but may run on 1 to its
-    application's `max_replicas`, choosing its batch size for each allocation (Pollux's adaptive jobs; ncf keeps
-    its batch size of 32,768 and one GPU, as in Pollux's runs). Every job has a PolluxScaling model, and a
+    """The jobs of a Pollux workload. `spec` is `PATH[,profiles=DIR][,elastic][,start=F]`: PATH a
+    `workload-N.csv`; DIR the folder of the application profiles (default: `traces/` beside the workload's folder,
+    as the artifact lays them out). Without `elastic`, each job runs its tuned `num_replicas` GPUs with its tuned
+    `batch_size` (what Pollux's Tiresias and Optimus runs assume); with it, a job may run on 1 to its
+    application's `max_replicas` GPUs, choosing its batch size for each allocation (Pollux's adaptive jobs; ncf
+    keeps its batch size of 32,768 and one GPU, as in Pollux's runs), and asks for (starts at) F times its tuned
+    GPUs, rounded up (default 1). Every job has a PolluxScaling model, and a
     duration at its tuned GPUs on the fewest 4-GPU nodes. Raises FormatError naming the file, line and field."""
     path_text, *options = spec.split(",")
     settings = dict(o.partition("=")[::2] for o in options)
-    unknown = sorted(set(settings) - {"profiles", "elastic"})
+    unknown = sorted(set(settings) - {"profiles", "elastic", "start"})
     if unknown:
-        raise FormatError(spec, f"unknown Pollux workload option(s) {', '.join(unknown)} (profiles=DIR, elastic)")
+        raise FormatError(spec, f"unknown Pollux workload option(s) {', '.join(unknown)} "
+                          "(profiles=DIR, elastic, start=F)")
     elastic = "elastic" in settings
+    try:
+        start = float(settings.get("start") or 1.0)
+    except ValueError:
+        start = 0.0
+    if not 0 < start <= 1 or ("start" in settings and not elastic):
+        raise FormatError(spec, f"start={settings['start']!r}: an elastic job's share of its tuned GPUs, in (0, 1]")
     path = Path(path_text)
     profiles = Path(settings["profiles"]) if settings.get("profiles") else path.resolve().parent.parent / "traces"
     apps: dict[str, PolluxApp] = {}
@@ -236,12 +244,13 @@ def load_pollux(spec: str) -> list[Job]:
             raise FormatError(path_text, f"missing column(s) {', '.join(missing)}; a Pollux workload has "
                               + ",".join(_WORKLOAD_COLUMNS), line=1)
         for line, row in enumerate(reader, start=2):
-            jobs.append(_job(row, line, path_text, apps, profiles, elastic))
+            jobs.append(_job(row, line, path_text, apps, profiles, start if elastic else None))
     return jobs
 
 
 def _job(row: dict[str, str], line: int, source: str, apps: dict[str, PolluxApp], profiles: Path,
-         elastic: bool) -> Job:
+         start: float | None) -> Job:
+    """One workload row as a Job: fixed-size (`start` None) or elastic, asking for `start` of its tuned GPUs."""
     name = row["application"]
     if name not in apps:
         folder = profiles / name
@@ -252,12 +261,12 @@ def _job(row: dict[str, str], line: int, source: str, apps: dict[str, PolluxApp]
     app = apps[name]
     replicas, batch = (_positive(row, f, line, source) for f in ("num_replicas", "batch_size"))
     time_s = _positive(row, "time", line, source, allow_zero=True)
-    adaptive = elastic and name != "ncf"
-    scaling = PolluxScaling(app, None if adaptive else batch)
-    ref_nodes = math.ceil(replicas / GPUS_PER_NODE)
-    top = max(app.max_replicas(), replicas)
-    return Job(row["name"], float(time_s), replicas, _ONE_GPU, duration_s=1.0 / scaling.throughput(replicas, ref_nodes),
-               job_type=name, scaling=scaling, elastic=Elastic(1, top, RESIZE_S) if elastic else None)
+    scaling = PolluxScaling(app, None if start is not None and name != "ncf" else batch)
+    tasks = replicas if start is None else max(1, math.ceil(replicas * start - 1e-9))
+    top = max(app.max_replicas(), tasks)
+    return Job(row["name"], float(time_s), tasks, _ONE_GPU,
+               duration_s=1.0 / scaling.throughput(tasks, math.ceil(tasks / GPUS_PER_NODE)), job_type=name,
+               scaling=scaling, elastic=Elastic(1, top, RESIZE_S) if start is not None else None)
 
 
 def _positive(row: dict[str, str], field_name: str, line: int, source: str, allow_zero: bool = False) -> int:

@@ -11,6 +11,7 @@ GPUs it asked for, packed: a shrink compares speedups, so a waiting job is not s
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable
 
@@ -92,8 +93,7 @@ class _Resizer(Plugin):
                    ) -> list[RunningJob]:
         """The running elastic jobs whose (range, tasks) `wanted` accepts and that may be resized now; notes when
         the next of those held back by the interval may be (see `close`)."""
-        elastic = self._running_elastic(ctx)
-        elastic.intersection_update(ctx.running)
+        elastic = self._elastic = {jid for jid in self._running_elastic(ctx) if jid in ctx.running}
         touched = {r.job_id for r in decision.resizes}
         ready_s = ctx.now_s - self.min_interval_s
         runs = [run for jid in sorted(elastic) if jid not in touched
@@ -131,29 +131,33 @@ class ElasticGrow(_Resizer):
         self.repay = float(repay)
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
-        if ctx.cluster.free_gpus_total <= 0 or any(r.shrinks for r in decision.resizes):
+        if (not self._running_elastic(ctx) or ctx.cluster.free_gpus_total <= 0
+                or any(r.shrinks for r in decision.resizes)):
             return []
-        runs = self._resizable(ctx, decision, lambda elastic, tasks: tasks < elastic.max_tasks)
-        out: list[Resize] = []
+        runs = {run.job.id: run for run in self._resizable(ctx, decision,
+                                                            lambda elastic, tasks: tasks < elastic.max_tasks)}
+        current = {jid: run.alloc for jid, run in runs.items()}
         with ctx.cluster.txn() as txn:  # discarded: the cycle applies the answers
             while runs and ctx.cluster.free_gpus_total > 0:
-                best = max(((self._best_grow(run, ctx), run) for run in runs), key=lambda c: c[0][0])
-                (gain, alloc), run = best
+                options = [(self._best_grow(run, current[jid], ctx), jid) for jid, run in runs.items()]
+                (gain, alloc), jid = max(options, key=lambda option: option[0][0])
                 if alloc is None or gain < self.min_gain_per_gpu:
                     break
-                txn.release(run.alloc)
+                txn.release(current[jid])
                 txn.allocate(alloc)
-                out.append(Resize(run.job.id, run.alloc, _unplaced(alloc)))
-                runs.remove(run)
-        return out
+                current[jid] = alloc
+        return [Resize(jid, runs[jid].alloc, _unplaced(alloc)) for jid, alloc in current.items()
+                if alloc is not runs[jid].alloc]
 
-    def _best_grow(self, run: RunningJob, ctx: CycleContext) -> tuple[float, Allocation | None]:
-        """(GPUs' worth gained per GPU added, the allocation) of the best grow of `run` that repays its cost."""
-        job, alloc = run.job, run.alloc
+    def _best_grow(self, run: RunningJob, alloc: Allocation, ctx: CycleContext) -> tuple[float, Allocation | None]:
+        """(GPUs' worth gained per GPU added, the allocation) of the best grow of `run` from `alloc` (what this
+        cycle gave it so far) whose saving repays the restart."""
+        job = run.job
         assert job.elastic is not None
         room = ctx.cluster.fit_counts(job.task)
         if ctx.node_mask is not None:
             room[~ctx.node_mask(job)] = 0
+        held = worth_gpus(job, run.alloc.tasks, len(run.alloc.nodes))
         before = worth_gpus(job, alloc.tasks, len(alloc.nodes))
         ran_s = ctx.executed_s(job.id)
         best: tuple[float, Allocation | None] = (-math.inf, None)
@@ -164,7 +168,7 @@ class ElasticGrow(_Resizer):
             if bigger is None:
                 break
             after = worth_gpus(job, bigger.tasks, len(bigger.nodes))
-            saved_s = ran_s * (1.0 - before / after) if after > before else 0.0
+            saved_s = ran_s * (1.0 - held / after) if after > held else 0.0
             per_gpu = (after - before) / (extra * job.task.gpus)
             if saved_s >= self.repay * job.elastic.resize_s and per_gpu > best[0]:
                 best = (per_gpu, bigger)
@@ -190,7 +194,10 @@ class ElasticShrink(_Resizer):
         self.max_waiting = int(max_waiting)
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
-        waiting = [jid for jid, s in decision.waiting.items() if s.cause is Cause.FIT][:self.max_waiting]
+        if not self._running_elastic(ctx):
+            return []
+        waiting = list(itertools.islice((jid for jid, s in decision.waiting.items() if s.cause is Cause.FIT),
+                                        self.max_waiting))
         if not waiting:
             return []
         runs = self._resizable(ctx, decision, lambda elastic, tasks: tasks > elastic.min_tasks)
