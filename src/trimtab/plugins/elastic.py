@@ -11,6 +11,7 @@ GPUs it asked for, packed: a shrink compares speedups, so a waiting job is not s
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import math
 from collections.abc import Callable
@@ -18,7 +19,7 @@ from collections.abc import Callable
 import numpy as np
 
 from trimtab.cluster import Allocation
-from trimtab.model import Elastic, Job
+from trimtab.model import Elastic, Job, Resources
 from trimtab.policy import Cause, CycleContext, Decision, Plugin, Resize, RunningJob
 
 _STEPS = (1, 2, 4, 8, 16, 32, 64, 128)  # tasks a grow may add at once (the best per GPU of these is chosen)
@@ -70,12 +71,14 @@ def grown(alloc: Allocation, room: np.ndarray, extra: int) -> Allocation | None:
     return None
 
 
-def shrunk(alloc: Allocation, nodes: int) -> Allocation:
-    """`alloc` with one task less, taken from the node where it has the fewest (so it spans fewer nodes)."""
+def shrunk(alloc: Allocation, nodes: int) -> tuple[Allocation, int]:
+    """`alloc` with one task less, taken from the node where it has the fewest (so it spans fewer nodes), and
+    that node."""
     counts = _counts(alloc, nodes)
     held = np.flatnonzero(counts)
-    counts[held[np.argmin(counts[held])]] -= 1
-    return _allocation(counts, alloc)
+    node = int(held[np.argmin(counts[held])])
+    counts[node] -= 1
+    return _allocation(counts, alloc), node
 
 
 class _Resizer(Plugin):
@@ -137,9 +140,12 @@ class ElasticGrow(_Resizer):
         runs = {run.job.id: run for run in self._resizable(ctx, decision,
                                                             lambda elastic, tasks: tasks < elastic.max_tasks)}
         current = {jid: run.alloc for jid, run in runs.items()}
+        masks = {jid: ctx.node_mask(run.job) for jid, run in runs.items()} if ctx.node_mask is not None else {}
         with ctx.cluster.txn() as txn:  # discarded: the cycle applies the answers
             while runs and ctx.cluster.free_gpus_total > 0:
-                options = [(self._best_grow(run, current[jid], ctx), jid) for jid, run in runs.items()]
+                rooms: dict[Resources, np.ndarray] = {}  # tasks of each shape that fit per node now
+                options = [(self._best_grow(run, current[jid], ctx, _room(run.job, ctx, rooms, masks.get(jid))), jid)
+                           for jid, run in runs.items()]
                 (gain, alloc), jid = max(options, key=lambda option: option[0][0])
                 if alloc is None or gain < self.min_gain_per_gpu:
                     break
@@ -149,14 +155,12 @@ class ElasticGrow(_Resizer):
         return [Resize(jid, runs[jid].alloc, _unplaced(alloc)) for jid, alloc in current.items()
                 if alloc is not runs[jid].alloc]
 
-    def _best_grow(self, run: RunningJob, alloc: Allocation, ctx: CycleContext) -> tuple[float, Allocation | None]:
+    def _best_grow(self, run: RunningJob, alloc: Allocation, ctx: CycleContext,
+                   room: np.ndarray) -> tuple[float, Allocation | None]:
         """(GPUs' worth gained per GPU added, the allocation) of the best grow of `run` from `alloc` (what this
-        cycle gave it so far) whose saving repays the restart."""
+        cycle gave it so far) into `room` (tasks that fit per node) whose saving repays the restart."""
         job = run.job
         assert job.elastic is not None
-        room = ctx.cluster.fit_counts(job.task)
-        if ctx.node_mask is not None:
-            room[~ctx.node_mask(job)] = 0
         held = worth_gpus(job, run.alloc.tasks, len(run.alloc.nodes))
         before = worth_gpus(job, alloc.tasks, len(alloc.nodes))
         ran_s = ctx.executed_s(job.id)
@@ -215,47 +219,60 @@ class ElasticShrink(_Resizer):
         return []
 
     def _make_room(self, job: Job, runs: list[RunningJob], ctx: CycleContext) -> list[Resize]:
+        """The shrinks that let `job` fit, planned on idle-GPU counts (cheapest task first, from a heap), then
+        checked once in a discarded Txn; [] when none qualifies."""
         if self.lower_order:
-            key = ctx.order_key(job)
-            runs = [run for run in runs if ctx.order_key(run.job) > key]
+            key, keys = ctx.order_key(job), ctx.running_keys
+            runs = [run for run in runs if (keys.get(run.job.id) or ctx.order_key(run.job)) > key]
+        if not runs or job.task.gpus < 1:
+            return []
         mask = ctx.node_mask(job) if ctx.node_mask is not None else np.ones(len(ctx.cluster), dtype=bool)
-        current = {run.job.id: run.alloc for run in runs}
+        free = np.where(mask, ctx.cluster.free_gpus, 0)
+        per_node, nodes = int(ctx.cluster.cap_gpus.max()), len(ctx.cluster)
         jobs = {run.job.id: run.job for run in runs}
-        per_node = int(ctx.cluster.cap_gpus.max())
+        current = {run.job.id: run.alloc for run in runs}
+        heap = [step for run in runs if (step := _next_shrink(run.job, run.alloc, nodes, per_node)) is not None]
+        heapq.heapify(heap)
         lost = 0.0
-        with ctx.cluster.txn() as txn:  # discarded: the cycle applies the answer
-            while not _fits(job, ctx, mask):
-                choice = self._cheapest(current, jobs, len(ctx.cluster), per_node)
-                if choice is None:
-                    return []
-                jid, smaller, loss = choice
-                lost += loss
-                if lost >= self.max_loss:
-                    return []
-                txn.release(current[jid])
-                txn.allocate(smaller)
-                current[jid] = smaller
-        return [Resize(jid, ctx.running[jid].alloc, _unplaced(alloc)) for jid, alloc in current.items()
-                if alloc is not ctx.running[jid].alloc]
+        while int(np.minimum(free // job.task.gpus, job.tasks).sum()) < job.tasks:
+            if not heap:
+                return []
+            _, jid, loss, node = heapq.heappop(heap)
+            lost += loss
+            if lost >= self.max_loss:
+                return []
+            current[jid], _ = shrunk(current[jid], nodes)
+            free[node] += jobs[jid].task.gpus if mask[node] else 0
+            step = _next_shrink(jobs[jid], current[jid], nodes, per_node)
+            if step is not None:
+                heapq.heappush(heap, step)
+        answer = [Resize(jid, ctx.running[jid].alloc, alloc) for jid, alloc in current.items()
+                  if alloc is not ctx.running[jid].alloc]
+        with ctx.cluster.txn() as txn:  # discarded: CPU and memory counted too before the cycle applies it
+            for resize in answer:
+                txn.release(resize.before)
+                txn.allocate(resize.alloc)
+            fits = _fits(job, ctx, mask)
+        return [Resize(r.job_id, r.before, _unplaced(r.alloc)) for r in answer] if fits else []
 
-    @staticmethod
-    def _cheapest(current: dict[str, Allocation], jobs: dict[str, Job],
-                  nodes: int, per_node: int) -> tuple[str, Allocation, float] | None:
-        """The job whose next task given back loses the least speedup per GPU: (id, its smaller allocation, the
-        speedup lost); None when every job is at its minimum."""
-        best: tuple[str, Allocation, float] | None = None
-        best_per_gpu = math.inf
-        for jid, alloc in current.items():
-            job = jobs[jid]
-            assert job.elastic is not None
-            if alloc.tasks <= job.elastic.min_tasks:
-                continue
-            smaller = shrunk(alloc, nodes)
-            loss = (speedup(job, alloc.tasks, len(alloc.nodes), per_node)
-                    - speedup(job, smaller.tasks, len(smaller.nodes), per_node))
-            if loss / job.task.gpus < best_per_gpu:
-                best, best_per_gpu = (jid, smaller, loss), loss / job.task.gpus
-        return best
+
+def _next_shrink(job: Job, alloc: Allocation, nodes: int, per_node: int) -> tuple[float, str, float, int] | None:
+    """(speedup lost per GPU, job id, speedup lost, node freed) of giving back one more task of `job` (now on
+    `alloc`), or None at its minimum: a heap entry of the shrink plan."""
+    assert job.elastic is not None
+    if alloc.tasks <= job.elastic.min_tasks:
+        return None
+    smaller, node = shrunk(alloc, nodes)
+    loss = speedup(job, alloc.tasks, len(alloc.nodes), per_node) - speedup(job, smaller.tasks, len(smaller.nodes),
+                                                                           per_node)
+    return loss / job.task.gpus, job.id, loss, node
+
+
+def _room(job: Job, ctx: CycleContext, rooms: dict[Resources, np.ndarray], mask: np.ndarray | None) -> np.ndarray:
+    """Tasks of `job` that fit per node now on the nodes of `mask` (None: all), from the per-shape `rooms`."""
+    if job.task not in rooms:
+        rooms[job.task] = ctx.cluster.fit_counts(job.task)
+    return rooms[job.task] if mask is None else np.where(mask, rooms[job.task], 0)
 
 
 def _fits(job: Job, ctx: CycleContext, mask: np.ndarray) -> bool:
