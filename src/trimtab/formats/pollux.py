@@ -251,6 +251,8 @@ def load_pollux(spec: str) -> list[Job]:
 def _job(row: dict[str, str], line: int, source: str, apps: dict[str, PolluxApp], profiles: Path,
          start: float | None) -> Job:
     """One workload row as a Job: fixed-size (`start` None) or elastic, asking for `start` of its tuned GPUs."""
+    replicas, batch = (_positive(row, f, line, source) for f in ("num_replicas", "batch_size"))
+    time_s = _positive(row, "time", line, source, allow_zero=True)
     name = row["application"]
     if name not in apps:
         folder = profiles / name
@@ -259,8 +261,6 @@ def _job(row: dict[str, str], line: int, source: str, apps: dict[str, PolluxApp]
                               line=line, field="application")
         apps[name] = PolluxApp.load(folder, name)
     app = apps[name]
-    replicas, batch = (_positive(row, f, line, source) for f in ("num_replicas", "batch_size"))
-    time_s = _positive(row, "time", line, source, allow_zero=True)
     scaling = PolluxScaling(app, None if start is not None and name != "ncf" else batch)
     tasks = replicas if start is None else max(1, math.ceil(replicas * start - 1e-9))
     top = max(app.max_replicas(), tasks)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
@@ -180,7 +180,7 @@ class ElasticGrow(_Resizer):
 
 
 class ElasticShrink(_Resizer):
-    """resize: for the first waiting job that waits for room (`Cause.FIT`) and is ordered before them, running
+    """resize: for the first waiting jobs that wait for room (`Cause.FIT`) and are ordered before them, running
     elastic jobs above their minimum give back tasks, one at a time from the job that loses the least goodput
     per GPU (in speedup), until the waiting job fits on the nodes its filters allow; done only when the speedup
     the shrunk jobs lose, summed, is below the one the waiting job gains by starting (1: its full request) times
@@ -200,23 +200,24 @@ class ElasticShrink(_Resizer):
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
         if not self._running_elastic(ctx):
             return []
-        waiting = list(itertools.islice((jid for jid, s in decision.waiting.items() if s.cause is Cause.FIT),
-                                        self.max_waiting))
-        if not waiting:
-            return []
         runs = self._resizable(ctx, decision, lambda elastic, tasks: tasks > elastic.min_tasks)
         if not runs:
             return []
-        wanted = set(waiting)
-        for job in ctx.pending:  # in queue order; stops at the last waiting job asked about
-            if job.id in wanted:
-                answer = self._make_room(job, runs, ctx)
-                if answer:
-                    return answer
-                wanted.discard(job.id)
-                if not wanted:
-                    break
+        for job in itertools.islice(self._waiting_for_room(ctx, decision), self.max_waiting):
+            answer = self._make_room(job, runs, ctx)
+            if answer:
+                return answer
         return []
+
+    @staticmethod
+    def _waiting_for_room(ctx: CycleContext, decision: Decision) -> Iterator[Job]:
+        """Waiting jobs in queue order, but those the cycle started and those it holds for another cause than
+        room (a job the cycle did not reach, because nothing was free, waits for room)."""
+        started = {job.id for job, _ in decision.starts}
+        for job in ctx.pending:
+            status = decision.waiting.get(job.id)
+            if job.id not in started and (status is None or status.cause is Cause.FIT):
+                yield job
 
     def _make_room(self, job: Job, runs: list[RunningJob], ctx: CycleContext) -> list[Resize]:
         """The shrinks that let `job` fit, planned on idle-GPU counts (cheapest task first, from a heap), then
