@@ -184,8 +184,8 @@ class ElasticShrink(_Resizer):
     elastic jobs above their minimum give back tasks, one at a time from the job that loses the least goodput
     per GPU (in speedup), until the waiting job fits on the nodes its filters allow; done only when the speedup
     the shrunk jobs lose, summed, is below the one the waiting job gains by starting (1: its full request) times
-    `max_loss`. One waiting job per cycle: the world runs the
-    next cycle at once, which starts it, and the shrink may then serve the next one. With `lower_order` False
+    `max_loss`. One waiting job per cycle (the first of `max_waiting` that can be served): the world runs the next
+    cycle at once, which starts it, and the shrink may then serve the next one. With `lower_order` False
     any elastic job may shrink for any waiting job, whatever their order."""
 
     name = "elastic-shrink"
