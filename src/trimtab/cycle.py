@@ -343,14 +343,15 @@ class Framework:
 
     def _apply_resizes(self, resizes: list[Resize], books: CycleBooks) -> None:
         """Phase resize: each answer applied in a Txn (an infeasible one is a bug: the Txn raises) and recorded;
-        the job's cached key and usage are dropped (the next cycle computes them over its new allocation)."""
+        the job's cached key is dropped (the next cycle computes it over its new allocation). Its usage stays: the
+        usage book counts a job at the size it asked for."""
         for resize in resizes:
             with books.ctx.cluster.txn() as txn:
                 txn.release(resize.before)
                 txn.allocate(resize.alloc)
                 txn.commit()
             books.decision.resizes.append(resize)
-            self.forget(resize.job_id)
+            self.running_keys.drop(resize.job_id)
 
     def _start_unit(self, unit: list[Job], books: CycleBooks) -> bool:
         """Task consolidation: start the longest prefix of `unit` (single-task jobs of one request shape, in queue
