@@ -22,6 +22,7 @@ from trimtab.policy import (
     Decision,
     Eviction,
     Plugin,
+    Resize,
     Status,
     check_points,
 )
@@ -79,10 +80,11 @@ class Framework:
         self.placer = get(profile.place)
         self.preempt = [get(r) for r in profile.preempt]
         self.backfill = [get(r) for r in profile.backfill]
+        self.resize = [get(r) for r in profile.resize]
         self.plugins: list[Plugin] = list(instances.values())
         check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
                                      "score": [p for p, _ in self.score], "place": [self.placer],
-                                     "preempt": self.preempt, "backfill": self.backfill})
+                                     "preempt": self.preempt, "backfill": self.backfill, "resize": self.resize})
         self.static_order = all(p.static_order for p in self.order)
         # a dynamic order whose changing parts are shared by groups of jobs (see Plugin.key_group) is kept sorted
         # within groups (not with waiting jobs' keys changing at announced times)
@@ -357,12 +359,26 @@ class Framework:
     def _close(self, books: CycleBooks) -> Decision:
         """Phase close: every plugin's close; the earliest wake-up asked (or running key expiry) is `wake_s`."""
         decision = books.decision
+        for plugin in self.resize:
+            self._apply_resizes(plugin.resize(books.ctx, decision), books)
         wakes = [w for p in self.plugins if (w := p.close(books.ctx, decision)) is not None]
         expiry_s = self.running_keys.next_expiry_s()
         if expiry_s is not None:
             wakes.append(expiry_s)
         decision.wake_s = min(wakes) if wakes else None
         return decision
+
+    def _apply_resizes(self, resizes: list[Resize], books: CycleBooks) -> None:
+        """Phase resize: each answer applied in a Txn (an infeasible one is a bug: the Txn raises) and recorded;
+        the job's cached key is dropped (the next cycle computes it over its new allocation). Its usage stays: the
+        usage book counts a job at the size it asked for."""
+        for resize in resizes:
+            with books.ctx.cluster.txn() as txn:
+                txn.release(resize.before)
+                txn.allocate(resize.alloc)
+                txn.commit()
+            books.decision.resizes.append(resize)
+            self.running_keys.drop(resize.job_id)
 
     def _start_unit(self, unit: list[Job], books: CycleBooks) -> bool:
         """Task consolidation: start the longest prefix of `unit` (single-task jobs of one request shape, in queue

@@ -8,6 +8,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Protocol
 
 
 class JobState(StrEnum):
@@ -32,6 +33,7 @@ class Outcome(StrEnum):
     PREEMPTED = "preempted"  # the scheduler took its GPUs back
     NODE_FAILED = "node-failed"  # infrastructure failure under it
     CANCELLED = "cancelled"
+    RESIZED = "resized"  # the scheduler resized an elastic job: it restarts at once on its new allocation
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,6 +178,55 @@ class PodAffinity:
                 raise ValueError("a preferred PodAffinityTerm needs a weight in 1..100")
 
 
+class ScalingModel(Protocol):
+    """How fast a job runs on a number of GPUs: what the simulator's progress and the elastic policies read."""
+
+    def throughput(self, gpus: int, nodes: int) -> float:
+        """Work per wall second on `gpus` GPUs spanning `nodes` nodes (> 0; any unit, the same for every answer of
+        one model). Where the batch size follows the GPUs, this is goodput: samples per second times statistical
+        efficiency (Pollux's definition), so it already counts what a larger batch costs in progress."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LinearScaling:
+    """The flat scaling model: every GPU adds the same work per second wherever it is (perfect linear speedup).
+    An assumption for traces that say nothing about scaling (Philly); `throughput` is in GPUs."""
+
+    def throughput(self, gpus: int, nodes: int) -> float:
+        return float(gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Elastic:
+    """A job whose gang may run with any number of tasks in `min_tasks..max_tasks` (its Job.tasks is the size it
+    asks for and starts at). `resize_s`: the wall seconds a resize costs it (checkpoint, restart with the new world
+    size, warm-up), during which it makes no progress."""
+
+    min_tasks: int
+    max_tasks: int
+    resize_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_tasks <= self.max_tasks:
+            raise ValueError(f"Elastic: need 1 <= min_tasks <= max_tasks, got {self.min_tasks}..{self.max_tasks}")
+        if self.resize_s < 0:
+            raise ValueError(f"Elastic.resize_s must be >= 0, got {self.resize_s}")
+
+
+def parse_gpu_range(text: str) -> tuple[int, int]:
+    """(low, high) of a GPU range such as "2-8" (or "4": both ends 4), as `trimtab.io/gpus` and `--gpus` write it.
+    Raises ValueError naming the text when it is not a range of positive integers, low first."""
+    low, dash, high = text.strip().partition("-")
+    try:
+        lo, hi = int(low), int(high) if dash else int(low)
+    except ValueError:
+        raise ValueError(f"GPU range {text!r}: expected N or MIN-MAX, positive integers") from None
+    if not 1 <= lo <= hi:
+        raise ValueError(f"GPU range {text!r}: expected 1 <= MIN <= MAX")
+    return lo, hi
+
+
 @dataclass(frozen=True, slots=True)
 class Job:
     """A gang of `tasks` identical tasks, each asking for `task`; placed whole or not at all.
@@ -216,6 +267,10 @@ class Job:
     # a pod of a gang beyond its minimum (PodGroup minMember, Volcano minAvailable): the id of that gang's Job,
     # before whose first start this one may not start (plugins/gang.py); None: no such bond
     after: str | None = None
+    # elastic jobs (docs/elastic.md): how the job's speed depends on its GPUs (None: the run's speed models), and
+    # the range it may be resized in (None: a fixed-size job)
+    scaling: ScalingModel | None = None
+    elastic: Elastic | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.tasks * self.task.gpus)
@@ -229,4 +284,7 @@ class Job:
             raise ValueError(f"job {self.id}: duration_s must be >= 0, got {self.duration_s}")
         if self.after == self.id:
             raise ValueError(f"job {self.id}: a job cannot start after itself")
+        if self.elastic is not None and not self.elastic.min_tasks <= self.tasks <= self.elastic.max_tasks:
+            raise ValueError(f"job {self.id}: tasks {self.tasks} outside its elastic range "
+                             f"{self.elastic.min_tasks}..{self.elastic.max_tasks}")
 

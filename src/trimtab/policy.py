@@ -101,13 +101,29 @@ class Eviction:
     needed_gpus: int
 
 
+@dataclass(frozen=True, slots=True)
+class Resize:
+    """A running elastic job moved to a new allocation of the same task shape (`alloc`, whose task count lies in
+    the job's elastic range): the world checkpoints it and restarts it there (it keeps its progress and pays its
+    `Elastic.resize_s`). `before` is the allocation it held."""
+
+    job_id: str
+    before: Allocation
+    alloc: Allocation
+
+    @property
+    def shrinks(self) -> bool:
+        return self.alloc.tasks < self.before.tasks
+
+
 @dataclass(slots=True)
 class Decision:
     """What a cycle decided: the world starts `starts`, stops `preemptions` (before the starts), keeps the
     reservations, and calls `cycle` again no later than `wake_s` (None: only on the next event). `evictions`: one
     record per preemption (its victims are in `preemptions` too), for the world's metrics. `prefetches`: (job,
     nodes) pairs whose dataset the world should start loading onto those nodes (appended by plugins in `close`; a
-    world without a data model ignores them).
+    world without a data model ignores them). `resizes`: running elastic jobs the world restarts on a new
+    allocation (the `resize` plugins' answers, already applied to the cluster and booked by the Scheduler).
 
     Why jobs wait (see docs/architecture.md, "Reasons"): `waiting` holds the Status of every job the cycle examined
     and could not start (an admit plugin's answer, or the cycle's own: no fit, GPUs reserved); `stalled` the jobs
@@ -124,6 +140,7 @@ class Decision:
     stalled: dict[str, Status] = field(default_factory=dict)
     wake_s: float | None = None
     prefetches: list[tuple[Job, np.ndarray]] = field(default_factory=list)
+    resizes: list[Resize] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -329,8 +346,21 @@ class Backfiller(Protocol):
         (`nodes` None) ends the cycle (strict head-of-line)."""
 
 
+class Resizer(Protocol):
+    """resize: running elastic jobs to grow into idle GPUs or to shrink for waiting jobs."""
+
+    def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
+        """Once per cycle, after the queue walk and before `close`, in profile order: new allocations for running
+        jobs with an `elastic` range (each within it, of the job's task shape, on GPUs that are idle or that the
+        job holds). The cycle applies each answer in a Txn (release the old allocation, take the new one) before
+        asking the next plugin and appends it to `decision.resizes`; after a shrink the world runs another cycle at
+        once (the GPUs it freed are for the jobs in `decision.waiting`). A job resized or started in this cycle is
+        not resized again in it."""
+
+
 POINT_METHODS: Mapping[str, str] = {"admit": "admit", "order": "order_key", "filter": "filter", "score": "score",
-                                    "place": "place", "preempt": "preempt", "backfill": "backfill"}
+                                    "place": "place", "preempt": "preempt", "backfill": "backfill",
+                                    "resize": "resize"}
 """Profile point -> the method a plugin listed there must implement."""
 
 
@@ -391,6 +421,9 @@ class Plugin:
 
     def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
         return None
+
+    def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
+        return []
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         return None

@@ -141,6 +141,7 @@ class Profile(BaseModel):
     place: PluginRef = "pack"
     preempt: list[PluginRef] = Field(default_factory=list)
     backfill: list[PluginRef] = Field(default_factory=list)
+    resize: list[PluginRef] = Field(default_factory=list)  # elastic jobs grown or shrunk (docs/elastic.md)
     args: dict[str, dict[str, Any]] = Field(default_factory=dict)
     # task consolidation: single-task jobs of one tenant and shape, next to each other in the queue and submitted
     # within this window of the first, are placed as one unit (one placement), then run as separate jobs; 0: off
@@ -164,7 +165,8 @@ class Profile(BaseModel):
         return self.model_copy(update={"args": merged})
 
     def enabled(self, point: str) -> set[str]:
-        """The names of the plugins enabled at `point` (admit, order, filter, score, place, preempt, backfill)."""
+        """The names of the plugins enabled at `point` (admit, order, filter, score, place, preempt, backfill,
+        resize)."""
         refs = getattr(self, point)
         return {_split_ref(ref)[0] for ref in ([refs] if point == "place" else refs)}
 

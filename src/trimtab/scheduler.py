@@ -122,7 +122,11 @@ class Scheduler:
         self._enqueue(self.jobs[job_id], now_s)
 
     def credit(self, job_id: str, executed_s: float) -> None:
-        """Set the run time a preempted (now pending) job keeps, once the world knows its checkpoint loss."""
+        """Set the run time a preempted (now pending) job keeps, once the world knows its checkpoint loss, or that
+        a resized (running) job carries into its new run."""
+        if job_id in self.running:
+            self.running[job_id].prior_executed_s = executed_s
+            return
         if self.state.get(job_id) is not JobState.PENDING:
             raise ValueError(f"job {job_id!r} is not pending")
         self.prior_executed_s[job_id] = executed_s
@@ -282,7 +286,20 @@ class Scheduler:
         # reservation (it is redrawn every cycle) or, under a preemptive profile, after starts (new victims).
         if decision.reservations or (self.framework.preempt and decision.starts):
             self._blocked = set()
+        if decision.resizes:
+            self._book_resizes(decision, now_s)
         return decision
+
+    def _book_resizes(self, decision: Decision, now_s: float) -> None:
+        """Running jobs the cycle resized: a new run from now on the new allocation, carrying what the old one
+        attained (the world corrects the progress it kept with `credit`). A shrink frees GPUs for waiting jobs."""
+        for resize in decision.resizes:
+            run = self.running[resize.job_id]
+            elapsed = now_s - run.start_s
+            self.running[resize.job_id] = RunningJob(run.job, resize.alloc, now_s, run.prior_executed_s + elapsed,
+                                                     run.prior_attained_gpu_s + run.alloc.gpus * elapsed)
+        if any(resize.shrinks for resize in decision.resizes):
+            self.changed()
 
     def _grouped_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, Shape]]:
         """A grouped dynamic order (Framework.group_order): one key per shape, every waiting job in key order. The

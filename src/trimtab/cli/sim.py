@@ -32,7 +32,8 @@ DEMO_POLICIES = "steady,fifo,fifo-backfill,sjf,srtf,las,qssf,drf,priority"
 
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Shape (56x8, 4x8:v100, 7r8x8), YAML or spec file.")]
 WorkloadOpt = Annotated[str, typer.Option(
-    "--workload", "-w", help="Trace path ([tiresias:|philly:|gavel:|csv:]PATH) or synthetic[:k=v,..].")]
+    "--workload", "-w", help="Trace path ([tiresias:|philly:|gavel:|csv:]PATH), pollux:PATH[,elastic] "
+    "or synthetic[:k=v,..].")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the run (and of a synthetic workload that names none).")]
 CheckpointOpt = Annotated[float, typer.Option("--checkpoint-s",
                                               help="Checkpoint interval; 0: preemption loses nothing.")]

@@ -56,6 +56,10 @@ def load_trace(
         from trimtab.formats.openb import load_openb_pods
 
         return load_openb_pods(text.removeprefix("openb:"))
+    if text.startswith("pollux:"):  # Pollux's workloads and application profiles: see formats/pollux.py
+        from trimtab.formats.pollux import load_pollux
+
+        return load_pollux(text.removeprefix("pollux:"))
     fmt, path_text = _split_format(text)
     path = Path(path_text)
     if fmt is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from trimtab.plugins import (
     affinity,
     backfill,
+    elastic,
     filters,
     fragmentation,
     gang,
@@ -21,7 +22,7 @@ from trimtab.plugins import (
 from trimtab.profile import Registry
 
 MODULES = (order, filters, place, preempt, backfill, health, locality, tenancy, score, fragmentation, affinity,
-           gang)
+           gang, elastic)
 
 
 def default_registry() -> Registry:

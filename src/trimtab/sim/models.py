@@ -3,13 +3,14 @@ times, and the data model and network meter beside it. Owns the grammar of `--sp
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from trimtab.cluster import ClusterState
+from trimtab.cluster import Allocation, ClusterState
 from trimtab.model import Job
 from trimtab.sim.data import DataConfig, DataModel, NetMeter
 from trimtab.sim.speed import CompositeSpeed, GpuModelSpeed, GpuThroughputs, ReferenceSpeed, SpeedModel, TopologySpeed
@@ -104,3 +105,16 @@ def _gpu_speeds(table: GpuThroughputs, gpu_models: Sequence[str]) -> Callable[[J
         return cache[key]
 
     return gpu_speeds
+
+
+class ScalingSpeed:
+    """The SpeedModel of a job with its own scaling model (`Job.scaling`: elastic jobs, Pollux's workloads): its
+    duration is its run time on its own GPU count packed on the fewest nodes of the cluster, and an allocation
+    runs at the model's throughput there relative to that reference. So a resize changes the job's rate of
+    progress, and a gang spread over more nodes than it needs runs at the throughput the model gives it."""
+
+    def slowdown(self, job: Job, alloc: Allocation, cluster: ClusterState) -> float:
+        assert job.scaling is not None
+        per_node = int(cluster.cap_gpus.max())
+        reference = job.scaling.throughput(job.gpus, math.ceil(job.gpus / per_node))
+        return reference / job.scaling.throughput(alloc.gpus, len(alloc.nodes))

@@ -17,14 +17,14 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.metrics import Recorder
 from trimtab.model import Job, JobState, Node, Outcome
-from trimtab.policy import Observations
+from trimtab.policy import Observations, Resize
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.sim.data import assign_datasets
 from trimtab.sim.engine import Engine, Kind
 from trimtab.sim.faults import FaultDriver, Faults, FaultSpec
 from trimtab.sim.load import Burst, apply_load
-from trimtab.sim.models import build_models, data_config, parse_speed
+from trimtab.sim.models import ScalingSpeed, build_models, data_config, parse_speed
 from trimtab.sim.speed import ReferenceSpeed, SpeedModel
 
 # Share of a node link (and of each rack uplink a gang spans) that a multi-node gang of communication
@@ -105,6 +105,7 @@ class SimWorld:
         self.own_failures: dict[str, int] = {}
         models = build_models(config.speed, config.seed, self.cluster, speed)
         self.speed, self.topology, self.meter, self.data = models.speed, models.topology, models.meter, models.data
+        self.scaled = ScalingSpeed()  # jobs with their own scaling model (elastic jobs, Pollux's workloads)
         self.observations = Observations(cached=self.data.cached_mask if self.data is not None else None,
                                          gpu_speeds=models.gpu_speeds)
         self.scheduler.observe(self.observations)
@@ -146,6 +147,10 @@ class SimWorld:
             self.stop(victim, Outcome.PREEMPTED)
         for job, alloc in decision.starts:
             self.start(job, alloc)
+        for resize in decision.resizes:
+            self.resize(resize)
+        if any(resize.shrinks for resize in decision.resizes):
+            self.want_cycle(time_s)  # the GPUs a shrink freed go to the waiting jobs now
         if self.data is not None:
             for job, targets in decision.prefetches:
                 for node in targets:
@@ -153,13 +158,17 @@ class SimWorld:
         if decision.wake_s is not None and decision.wake_s > time_s:
             self.want_cycle(decision.wake_s)
 
-    def start(self, job: Job, alloc: Allocation) -> None:
+    def start(self, job: Job, alloc: Allocation, restart_s: float | None = None) -> None:
+        """Start an attempt of `job` on `alloc`; it makes progress after `restart_s` (default: the run's restart
+        cost for a job that ran before, none for a first start)."""
         now = self.engine.now_s
         before = self.scheduler.running[job.id].prior_executed_s
         attempt = len(self.recorder.jobs[job.id].runs)
-        restart = self.config.restart_s if attempt else 0.0
-        slowdown = self.speed.slowdown(job, alloc, self.cluster)
-        progress_from = now + restart
+        if restart_s is None:
+            restart_s = self.config.restart_s if attempt else 0.0
+        speed = self.speed if job.scaling is None else self.scaled
+        slowdown = speed.slowdown(job, alloc, self.cluster)
+        progress_from = now + restart_s
         if self.data is not None:
             progress_from += self.data.delay_s(job.dataset, job.dataset_gb, alloc.nodes, now)
         assert job.duration_s is not None
@@ -199,6 +208,16 @@ class SimWorld:
         if racks.size > 1:
             for rack in racks:
                 self.meter.change(now_s, len(self.cluster) + int(rack), share)
+
+    def resize(self, resize: Resize) -> None:
+        """A resized job: its attempt checkpoints (it keeps all its progress) and restarts on the new allocation,
+        making progress again after its `Elastic.resize_s`."""
+        job = self.scheduler.jobs[resize.job_id]
+        att, executed = self._end_attempt(job.id)
+        self.scheduler.credit(job.id, executed)
+        self.recorder.run_ended(job.id, self.engine.now_s, Outcome.RESIZED, executed - att.executed_before_s,
+                                requeued=True)
+        self.start(job, resize.alloc, job.elastic.resize_s if job.elastic is not None else self.config.restart_s)
 
     def stop(self, job_id: str, outcome: Outcome) -> None:
         """A preempted attempt (the scheduler has already queued the job again): keep progress to the last

@@ -23,10 +23,11 @@ from trimtab.formats.k8s.documents import (
     str_map,
 )
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
-from trimtab.model import Job, PodAffinity, Resources
+from trimtab.model import Elastic, Job, PodAffinity, Resources, parse_gpu_range
 
 DURATION = "trimtab.io/duration"
 SUBMIT = "trimtab.io/submit-time"
+GPU_RANGE = "trimtab.io/gpus"  # an elastic gang's GPU range, e.g. "2-8" (docs/elastic.md)
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
 BACKOFF_LIMIT = 6  # Kubernetes's default spec.backoffLimit of a batch/v1 Job: retries before the Job fails
@@ -278,7 +279,7 @@ class WorkloadReader:
             id=job_id, tasks=len(pods), task=task, node_selector=first.node_selector,
             task_limits=limits if limits != task else None, tolerations=first.tolerations,
             node_affinity=first.node_affinity, labels=first.labels, pod_affinity=first.pod_affinity,
-            node_preferences=first.node_preferences, **common))
+            node_preferences=first.node_preferences, elastic=_elastic(doc, own, len(pods), task), **common))
 
     def _priority_class(self, doc: Doc, class_name: str, pods: list[_PodSpec]) -> PriorityClass | None:
         """The workload's class (its own name, else the highest its pods name, else the global default)."""
@@ -294,6 +295,24 @@ class WorkloadReader:
             raise doc.error("spec.priorityClassName", f"unknown priority class: no PriorityClass with name {name} "
                             "was found")
         return pc
+
+
+def _elastic(doc: Doc, own: Mapping[str, str], tasks: int, task: Resources) -> Elastic | None:
+    """The elastic range the workload's `trimtab.io/gpus` annotation gives its gang (None without one): GPUs of
+    the whole gang, whole multiples of a pod's GPUs, around the pods it has."""
+    text = own.get(GPU_RANGE)
+    if text is None:
+        return None
+    field = f"metadata.annotations[{GPU_RANGE}]"
+    try:
+        low, high = parse_gpu_range(text)
+    except ValueError as exc:
+        raise doc.error(field, str(exc)) from None
+    per_pod = task.gpus
+    if per_pod < 1 or low % per_pod or high % per_pod or not low <= tasks * per_pod <= high:
+        raise doc.error(field, f"range {text} must hold the gang's {tasks * per_pod} GPUs in whole pods of "
+                        f"{per_pod} GPU(s)")
+    return Elastic(low // per_pod, high // per_pod)
 
 
 def _own_annotations(doc: Doc) -> dict[str, str]:
