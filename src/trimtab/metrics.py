@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
+from trimtab.losses import add_losses
 from trimtab.model import Job, JobState, Outcome
 from trimtab.policy import Cause, Eviction
 from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
@@ -27,7 +28,7 @@ SUMMARY_KEYS = (
     "cross_node_ratio", "cross_rack_ratio", "net_util",
     "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours", "evicted_gpus_per_needed_gpu",
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
-    "fairness_jain",
+    "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours",
 )
 TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
 
@@ -248,6 +249,8 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
+        summary["goodput_cv_backlogged"] = _cv(np.array(series["goodput_gpu_s"], dtype=float)[windows[:, 2] > 0])
+        summary["lost_gpu_hours"] = add_losses(series, list(map(_job_json, jobs)), self.cluster, self._quota_blocked_s)
         assert tuple(summary) == SUMMARY_KEYS
         tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
         if len(tenants) > 1:

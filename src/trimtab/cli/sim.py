@@ -151,9 +151,10 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
     result = {"cluster": cluster, "workload": workload, **result}
     table = Table("metric", "value", title=f"{profile.name} on {cluster}: {len(jobs)} jobs in {wall:.1f} s")
     for key, value in result["summary"].items():
-        if isinstance(value, dict):  # tenants.<namespace>: one row each
+        if isinstance(value, dict):  # tenants.<namespace>, lost_gpu_hours.<cause>: one row each
             for name, fields in value.items():
-                table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items()))
+                table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items())
+                              if isinstance(fields, dict) else str(fields))
             continue
         table.add_row(key, "-" if value is None else str(value))
     for name, gpu_s in result.get("reservations", {}).get("unused_gpu_s", {}).items():
