@@ -4,7 +4,8 @@ every window, the GPU-seconds of useful work and those lost, by cause (docs/metr
 Allocated GPU-time splits by attempt: useful progress, its slowdown, the restart before progress and the progress
 lost at a preemption or failure. Idle GPU-time splits by what waits at that moment: a job that would fit on the
 free GPUs of some nodes but waits (held by the policy, or by its quota), a job that fits only in the free total
-(fragmentation); demand beyond the whole cluster is load."""
+(fragmentation). Load is the demand beyond the whole cluster had every job started on arrival: the
+same under every policy, so never the scheduler's doing."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from trimtab.series import window_integrals_of_steps
 
 CAUSES = ("fragmentation", "blocking", "quota", "preemption", "failure", "slowdown", "load")
 NOT_THE_SCHEDULERS = frozenset({"load"})  # demand over the cluster: reported, never blamed on the policy
+Changes = Sequence[Sequence[Any]]  # (time, node name, in service from then): nodes going out of and back in service
 _CHUNK_SEGMENTS = 8192  # segments of the idle timeline held in one dense matrix (memory: chunk x (nodes + shapes))
 
 
@@ -37,31 +39,59 @@ class Losses:
         return {cause: round(float(self.lost_gpu_s[cause].sum()) / 3600.0, 4) for cause in CAUSES}
 
 
-def add_losses(series: dict[str, Any], jobs: Sequence[Mapping[str, Any]], cluster: ClusterState,
-               quota_wait_s: Mapping[str, float]) -> dict[str, float]:
-    """The Recorder's seam: adds `useful_gpu_s` and `lost_gpu_s` (cause -> per window) to a run's `series` (its
-    windows: window_s from start_s, as many as goodput_gpu_s has) and returns the run's lost GPU-hours by cause."""
-    edges = series["start_s"] + series["window_s"] * np.arange(len(series["goodput_gpu_s"]) + 1)
-    losses = gpu_losses(jobs, {node.name: node.capacity.gpus for node in cluster.nodes}, edges, quota_wait_s)
-    series["useful_gpu_s"] = [round(float(x), 6) for x in losses.useful_gpu_s]
-    series["lost_gpu_s"] = {cause: [round(float(x), 6) for x in gpu_s] for cause, gpu_s in losses.lost_gpu_s.items()}
-    return losses.lost_gpu_hours()
+class LossLedger:
+    """The Recorder's seam: samples which nodes are out of service (down or drained) after each cycle, which the
+    job records do not say, and at the end of a run adds the per-window losses to its series and gives the
+    summary's goodput_cv_backlogged and lost_gpu_hours."""
+
+    def __init__(self, cluster: ClusterState) -> None:
+        self.cluster = cluster
+        self._healthy = cluster.healthy.copy()
+        self.changes: list[tuple[float, str, bool]] = []  # (time, node, in service from then)
+
+    def sample(self, now_s: float) -> None:
+        """After a cycle that ran (the world calls one after every failure and repair; drains change in one)."""
+        healthy = self.cluster.healthy
+        if not np.array_equal(healthy, self._healthy):
+            for node in np.flatnonzero(healthy != self._healthy):
+                self.changes.append((now_s, self.cluster.nodes[int(node)].name, bool(healthy[node])))
+            self._healthy = healthy.copy()
+
+    def summary(self, series: dict[str, Any], windows: np.ndarray, jobs: Sequence[Mapping[str, Any]],
+                quota_wait_s: Mapping[str, float]) -> dict[str, Any]:
+        """Adds `useful_gpu_s`, `lost_gpu_s` (cause -> per window) and `out_of_service` (the sampled changes) to
+        the run's `series` (windows of window_s from start_s, as many as goodput_gpu_s has); returns the CV of
+        goodput over the windows in which jobs waited (`windows[:, 2]` > 0, as the Recorder marks them; the same
+        statistic as goodput_cv) and the lost GPU-hours by cause."""
+        goodput = np.array(series["goodput_gpu_s"], dtype=float)
+        edges = series["start_s"] + series["window_s"] * np.arange(goodput.size + 1)
+        node_gpus = {node.name: node.capacity.gpus for node in self.cluster.nodes}
+        losses = gpu_losses(jobs, node_gpus, edges, quota_wait_s, self.changes)
+        series["useful_gpu_s"] = [round(float(x), 6) for x in losses.useful_gpu_s]
+        series["lost_gpu_s"] = {c: [round(float(x), 6) for x in gpu_s] for c, gpu_s in losses.lost_gpu_s.items()}
+        series["out_of_service"] = [list(change) for change in self.changes]
+        busy = goodput[windows[:, 2] > 0]
+        cv = round(float(busy.std() / busy.mean()), 6) if busy.size >= 2 and busy.mean() > 0 else None
+        return {"goodput_cv_backlogged": cv, "lost_gpu_hours": losses.lost_gpu_hours()}
 
 
 def gpu_losses(jobs: Sequence[Mapping[str, Any]], node_gpus: Mapping[str, int], edges: np.ndarray,
-               quota_wait_s: Mapping[str, float] | None = None) -> Losses:
+               quota_wait_s: Mapping[str, float] | None = None,
+               out_of_service: Changes = ()) -> Losses:
     """The losses of a run. `jobs`: records in the run JSON's shape (id, gpus, tasks, submit, end, runs with start,
     end, nodes, node_tasks, outcome, useful_s, progress_from, slowdown); `node_gpus`: each node's GPUs by name;
     `edges`: the windows; `quota_wait_s`: seconds each job waited for its quota (job id -> s; its share of the
-    job's waiting time is counted as quota, the rest as the policy's). A run still open ends at the last edge."""
+    job's waiting time is counted as quota, the rest as the policy's); `out_of_service`: (time, node, in service
+    from then) changes, whose nodes hold no idle GPU while out. A run still open ends at the last edge."""
     horizon_s = float(edges[-1])
     steps: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in ("useful", *CAUSES)}
     for job in jobs:
         _attempt_steps(job, horizon_s, steps)
     lost = {c: window_integrals_of_steps(np.array(t), np.array(v, dtype=float), edges) for c, (t, v) in
             steps.items() if c != "useful"}
-    for cause, gpu_s in _idle_losses(jobs, node_gpus, edges, quota_wait_s or {}).items():
+    for cause, gpu_s in _idle_losses(jobs, node_gpus, edges, quota_wait_s or {}, out_of_service).items():
         lost[cause] = lost[cause] + gpu_s
+    lost["load"] = _overload(jobs, sum(node_gpus.values()), edges)
     t, v = steps["useful"]
     return Losses(edges, window_integrals_of_steps(np.array(t), np.array(v, dtype=float), edges), lost)
 
@@ -96,6 +126,21 @@ def _attempt_steps(job: Mapping[str, Any], horizon_s: float,
         previous = run["outcome"]
 
 
+def _overload(jobs: Sequence[Mapping[str, Any]], cluster_gpus: int, edges: np.ndarray) -> np.ndarray:
+    """Demand over the cluster, whatever the scheduler: the GPUs that jobs would hold if each ran from its
+    submission for its reference duration, beyond the cluster's GPUs, integrated per window."""
+    known = [j for j in jobs if j.get("duration") is not None and j["gpus"] > 0]
+    if not known:
+        return np.zeros(edges.size - 1)
+    submit = np.array([float(j["submit"]) for j in known])
+    t = np.concatenate([submit, submit + np.array([float(j["duration"]) for j in known])])
+    gpus = np.array([float(j["gpus"]) for j in known])
+    order = np.argsort(t, kind="stable")
+    times, level = t[order], np.cumsum(np.concatenate([gpus, -gpus])[order])
+    excess = np.maximum(level - cluster_gpus, 0.0)
+    return window_integrals_of_steps(times, np.diff(np.concatenate([[0.0], excess])), edges)
+
+
 def _cause_of(outcome: str) -> str:
     return "preemption" if outcome == "preempted" else "failure"
 
@@ -119,8 +164,8 @@ class _Timeline:
     shapes: list[tuple[int, int, bool]]
 
 
-def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], horizon_s: float,
-              quota_wait_s: Mapping[str, float]) -> _Timeline:
+def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], node_gpus: Mapping[str, int],
+              horizon_s: float, quota_wait_s: Mapping[str, float], out_of_service: Changes) -> _Timeline:
     shapes: dict[tuple[int, int, bool], int] = {}
     t: list[float] = []
     col: list[int] = []
@@ -148,6 +193,10 @@ def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], 
                 t += [float(run["start"]), end]
                 col += [node_index[name]] * 2
                 delta += [count * per_task, -count * per_task]
+    for time_s, name, in_service in out_of_service:  # a node out of service: all its GPUs taken, none idle
+        t.append(float(time_s))
+        col.append(node_index[name])
+        delta.append(-node_gpus[name] if in_service else node_gpus[name])
     times = np.unique(np.array(t, dtype=float)) if t else np.zeros(0)
     seg = np.searchsorted(times, np.array(t, dtype=float))
     return _Timeline(times, seg, np.array(col, dtype=np.int64), np.array(delta, dtype=float), list(shapes))
@@ -170,14 +219,15 @@ def _waits(job: Mapping[str, Any], horizon_s: float) -> list[tuple[float, float]
 
 
 def _idle_losses(jobs: Sequence[Mapping[str, Any]], node_gpus: Mapping[str, int], edges: np.ndarray,
-                 quota_wait_s: Mapping[str, float]) -> dict[str, np.ndarray]:
+                 quota_wait_s: Mapping[str, float], out_of_service: Changes) -> dict[str, np.ndarray]:
     """Idle GPU-time lost, per window: at every moment the idle GPUs go first to the waiting jobs that would fit
     on some nodes' free GPUs (quota-held ones: quota, the others: blocking), then to those that fit only in the
-    free total (fragmentation), each at most its GPUs; waiting GPUs beyond the idle ones are load."""
+    free total (fragmentation), each at most its GPUs."""
     names = list(node_gpus)
     cap = np.array([node_gpus[name] for name in names], dtype=float)
-    line = _timeline(jobs, {name: i for i, name in enumerate(names)}, float(edges[-1]), quota_wait_s)
-    out = {c: np.zeros(edges.size - 1) for c in ("blocking", "quota", "fragmentation", "load")}
+    line = _timeline(jobs, {name: i for i, name in enumerate(names)}, node_gpus, float(edges[-1]), quota_wait_s,
+                     out_of_service)
+    out = {c: np.zeros(edges.size - 1) for c in ("blocking", "quota", "fragmentation")}
     if line.times.size < 2:
         return out
     n = len(names)
@@ -219,5 +269,4 @@ def _split_idle(free: np.ndarray, waiting: np.ndarray, per_task: np.ndarray, tas
     blocking = np.minimum((demand * (on_nodes & ~held)).sum(axis=1), idle)
     quota = np.minimum((demand * (in_total & held)).sum(axis=1), idle - blocking)
     fragmentation = np.minimum((demand * (in_total & ~on_nodes & ~held)).sum(axis=1), idle - blocking - quota)
-    load = np.maximum(demand.sum(axis=1) - idle, 0.0)
-    return {"blocking": blocking, "quota": quota, "fragmentation": fragmentation, "load": load}
+    return {"blocking": blocking, "quota": quota, "fragmentation": fragmentation}

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.losses import add_losses
+from trimtab.losses import LossLedger
 from trimtab.model import Job, JobState, Outcome
 from trimtab.policy import Cause, Eviction
 from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
@@ -28,8 +28,7 @@ SUMMARY_KEYS = (
     "cross_node_ratio", "cross_rack_ratio", "net_util",
     "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours", "evicted_gpus_per_needed_gpu",
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
-    "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours",
-)
+    "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours")
 TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
 
 
@@ -97,6 +96,7 @@ class Recorder:
         self._quota_blocked_s: dict[str, float] = {}
         self._sees_waiting = False  # the world reports why jobs wait (`waiting`)
         self._evicted_needed_gpus = [0, 0]  # over all preemptions: GPUs evicted, GPUs their preemptors needed
+        self.ledger = LossLedger(cluster)  # nodes out of service over time, for the GPU-hours lost by cause
         # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
         self.net_util_fn: Callable[[float, float], float] | None = None
 
@@ -157,6 +157,7 @@ class Recorder:
         """Why jobs wait after a cycle that ran: statuses (framework `Status`) by job id. A job is quota-blocked from
         a cycle whose status for it has the cause `Cause.QUOTA` until one gives another cause or it starts."""
         self._sees_waiting = True
+        self.ledger.sample(now_s)
         for job_id, status in statuses.items():
             blocked = status.cause is Cause.QUOTA
             if blocked and job_id not in self._quota_since:
@@ -249,8 +250,7 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
-        summary["goodput_cv_backlogged"] = _cv(np.array(series["goodput_gpu_s"], dtype=float)[windows[:, 2] > 0])
-        summary["lost_gpu_hours"] = add_losses(series, list(map(_job_json, jobs)), self.cluster, self._quota_blocked_s)
+        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs)), self._quota_blocked_s))
         assert tuple(summary) == SUMMARY_KEYS
         tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
         if len(tenants) > 1:
