@@ -18,11 +18,12 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import ClusterState
+from trimtab.policy import Cause, Status
 from trimtab.series import window_integrals_of_steps
 
 CAUSES = ("fragmentation", "blocking", "quota", "preemption", "failure", "slowdown", "load")
 NOT_THE_SCHEDULERS = frozenset({"load"})  # demand over the cluster: reported, never blamed on the policy
-Changes = Sequence[Sequence[Any]]  # (time, node name, in service from then): nodes going out of and back in service
+Changes = Sequence[Sequence[Any]]  # (time, node or tenant, True/False from then): the ledger's sampled changes
 _CHUNK_SEGMENTS = 8192  # segments of the idle timeline held in one dense matrix (memory: chunk x (nodes + shapes))
 
 
@@ -44,52 +45,61 @@ class LossLedger:
     job records do not say, and at the end of a run adds the per-window losses to its series and gives the
     summary's goodput_cv_backlogged and lost_gpu_hours."""
 
-    def __init__(self, cluster: ClusterState) -> None:
+    def __init__(self, cluster: ClusterState, jobs: Mapping[str, Any]) -> None:
         self.cluster = cluster
+        self._jobs = jobs  # the Recorder's records by job id (each with its .job)
         self._healthy = cluster.healthy.copy()
-        self.changes: list[tuple[float, str, bool]] = []  # (time, node, in service from then)
+        self._held: set[str] = set()
+        self.out_of_service: list[tuple[float, str, bool]] = []  # (time, node, in service from then)
+        self.quota_held: list[tuple[float, str, bool]] = []  # (time, tenant, held by a quota from then)
 
-    def sample(self, now_s: float) -> None:
-        """After a cycle that ran (the world calls one after every failure and repair; drains change in one)."""
+    def sample(self, now_s: float, statuses: Mapping[str, Status]) -> None:
+        """After a cycle that ran (the world has one run after every failure and repair; drains change in one),
+        with why jobs wait: nodes out of service, and the tenants a quota holds (a cycle reports the first
+        waiting job of each request shape, so one job of a held tenant says it for all)."""
         healthy = self.cluster.healthy
         if not np.array_equal(healthy, self._healthy):
             for node in np.flatnonzero(healthy != self._healthy):
-                self.changes.append((now_s, self.cluster.nodes[int(node)].name, bool(healthy[node])))
+                self.out_of_service.append((now_s, self.cluster.nodes[int(node)].name, bool(healthy[node])))
             self._healthy = healthy.copy()
+        held = {self._jobs[job_id].job.tenant for job_id, s in statuses.items() if s.cause is Cause.QUOTA}
+        if held != self._held:
+            self.quota_held += [(now_s, tenant, tenant in held) for tenant in sorted(held ^ self._held)]
+            self._held = held
 
-    def summary(self, series: dict[str, Any], windows: np.ndarray, jobs: Sequence[Mapping[str, Any]],
-                quota_wait_s: Mapping[str, float]) -> dict[str, Any]:
-        """Adds `useful_gpu_s`, `lost_gpu_s` (cause -> per window) and `out_of_service` (the sampled changes) to
+    def summary(self, series: dict[str, Any], windows: np.ndarray, jobs: Sequence[Mapping[str, Any]]
+                ) -> dict[str, Any]:
+        """Adds `useful_gpu_s`, `lost_gpu_s` (cause -> per window), `out_of_service` and `quota_held` to
         the run's `series` (windows of window_s from start_s, as many as goodput_gpu_s has); returns the CV of
         goodput over the windows in which jobs waited (`windows[:, 2]` > 0, as the Recorder marks them; the same
         statistic as goodput_cv) and the lost GPU-hours by cause."""
         goodput = np.array(series["goodput_gpu_s"], dtype=float)
         edges = series["start_s"] + series["window_s"] * np.arange(goodput.size + 1)
         node_gpus = {node.name: node.capacity.gpus for node in self.cluster.nodes}
-        losses = gpu_losses(jobs, node_gpus, edges, quota_wait_s, self.changes)
+        losses = gpu_losses(jobs, node_gpus, edges, self.out_of_service, self.quota_held)
         series["useful_gpu_s"] = [round(float(x), 6) for x in losses.useful_gpu_s]
         series["lost_gpu_s"] = {c: [round(float(x), 6) for x in gpu_s] for c, gpu_s in losses.lost_gpu_s.items()}
-        series["out_of_service"] = [list(change) for change in self.changes]
+        series["out_of_service"] = [list(change) for change in self.out_of_service]
+        series["quota_held"] = [list(change) for change in self.quota_held]
         busy = goodput[windows[:, 2] > 0]
         cv = round(float(busy.std() / busy.mean()), 6) if busy.size >= 2 and busy.mean() > 0 else None
         return {"goodput_cv_backlogged": cv, "lost_gpu_hours": losses.lost_gpu_hours()}
 
 
 def gpu_losses(jobs: Sequence[Mapping[str, Any]], node_gpus: Mapping[str, int], edges: np.ndarray,
-               quota_wait_s: Mapping[str, float] | None = None,
-               out_of_service: Changes = ()) -> Losses:
+               out_of_service: Changes = (), quota_held: Changes = ()) -> Losses:
     """The losses of a run. `jobs`: records in the run JSON's shape (id, gpus, tasks, submit, end, runs with start,
     end, nodes, node_tasks, outcome, useful_s, progress_from, slowdown); `node_gpus`: each node's GPUs by name;
-    `edges`: the windows; `quota_wait_s`: seconds each job waited for its quota (job id -> s; its share of the
-    job's waiting time is counted as quota, the rest as the policy's); `out_of_service`: (time, node, in service
-    from then) changes, whose nodes hold no idle GPU while out. A run still open ends at the last edge."""
+    `edges`: the windows; `out_of_service`: (time, node, in service from then) changes, whose nodes hold no idle
+    GPU while out; `quota_held`: (time, tenant, held from then) changes, whose tenants' waiting jobs wait for
+    their quota while held. A run still open ends at the last edge."""
     horizon_s = float(edges[-1])
     steps: dict[str, tuple[list[float], list[float]]] = {c: ([], []) for c in ("useful", *CAUSES)}
     for job in jobs:
         _attempt_steps(job, horizon_s, steps)
     lost = {c: window_integrals_of_steps(np.array(t), np.array(v, dtype=float), edges) for c, (t, v) in
             steps.items() if c != "useful"}
-    for cause, gpu_s in _idle_losses(jobs, node_gpus, edges, quota_wait_s or {}, out_of_service).items():
+    for cause, gpu_s in _idle_losses(jobs, node_gpus, edges, out_of_service, quota_held).items():
         lost[cause] = lost[cause] + gpu_s
     lost["load"] = _overload(jobs, sum(node_gpus.values()), edges)
     t, v = steps["useful"]
@@ -154,19 +164,21 @@ def _end(end: Any, horizon_s: float) -> float:
 
 @dataclass(frozen=True, slots=True)
 class _Timeline:
-    """The change points of the idle accounting: at each, increments of nodes' allocated GPUs (columns 0..N-1)
-    and of waiting jobs per shape (columns N..); a shape is (GPUs per task, tasks, held by quota)."""
+    """The change points of the idle accounting: at each, increments of nodes' allocated GPUs (columns 0..N-1),
+    of waiting jobs per shape (the next S columns; a shape is (GPUs per task, tasks, tenant group: the index of
+    its tenant among those a quota ever held, else -1)) and of each such tenant's held state (1: held)."""
 
     times: np.ndarray  # sorted change points; segment k is [times[k], times[k+1])
     seg: np.ndarray  # per increment: its segment
     col: np.ndarray
     delta: np.ndarray
-    shapes: list[tuple[int, int, bool]]
+    shapes: list[tuple[int, int, int]]
 
 
 def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], node_gpus: Mapping[str, int],
-              horizon_s: float, quota_wait_s: Mapping[str, float], out_of_service: Changes) -> _Timeline:
-    shapes: dict[tuple[int, int, bool], int] = {}
+              horizon_s: float, out_of_service: Changes, quota_held: Changes) -> _Timeline:
+    groups = {tenant: g for g, tenant in enumerate(dict.fromkeys(tenant for _, tenant, _ in quota_held))}
+    shapes: dict[tuple[int, int, int], int] = {}
     t: list[float] = []
     col: list[int] = []
     delta: list[float] = []
@@ -176,17 +188,11 @@ def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], 
         if gpus <= 0:
             continue  # shares and CPU-only jobs hold no whole GPU
         per_task = gpus // tasks
-        waits = _waits(job, horizon_s)
-        waited_s = sum(b - a for a, b in waits)
-        quota_share = min(quota_wait_s.get(job["id"], 0.0) / waited_s, 1.0) if waited_s > 0 else 0.0
-        for held, weight in ((True, quota_share), (False, 1.0 - quota_share)):
-            if weight <= 0:
-                continue
-            column = n + shapes.setdefault((per_task, tasks, held), len(shapes))
-            for a, b in waits:
-                t += [a, b]
-                col += [column, column]
-                delta += [weight, -weight]
+        column = n + shapes.setdefault((per_task, tasks, groups.get(job["tenant"], -1)), len(shapes))
+        for a, b in _waits(job, horizon_s):
+            t += [a, b]
+            col += [column, column]
+            delta += [1.0, -1.0]
         for run in job["runs"]:
             end = _end(run["end"], horizon_s)
             for name, count in zip(run["nodes"], run["node_tasks"], strict=True):
@@ -197,6 +203,10 @@ def _timeline(jobs: Sequence[Mapping[str, Any]], node_index: Mapping[str, int], 
         t.append(float(time_s))
         col.append(node_index[name])
         delta.append(-node_gpus[name] if in_service else node_gpus[name])
+    for time_s, tenant, held in quota_held:
+        t.append(float(time_s))
+        col.append(n + len(shapes) + groups[tenant])
+        delta.append(1.0 if held else -1.0)
     times = np.unique(np.array(t, dtype=float)) if t else np.zeros(0)
     seg = np.searchsorted(times, np.array(t, dtype=float))
     return _Timeline(times, seg, np.array(col, dtype=np.int64), np.array(delta, dtype=float), list(shapes))
@@ -219,22 +229,23 @@ def _waits(job: Mapping[str, Any], horizon_s: float) -> list[tuple[float, float]
 
 
 def _idle_losses(jobs: Sequence[Mapping[str, Any]], node_gpus: Mapping[str, int], edges: np.ndarray,
-                 quota_wait_s: Mapping[str, float], out_of_service: Changes) -> dict[str, np.ndarray]:
+                 out_of_service: Changes, quota_held: Changes) -> dict[str, np.ndarray]:
     """Idle GPU-time lost, per window: at every moment the idle GPUs go first to the waiting jobs that would fit
     on some nodes' free GPUs (quota-held ones: quota, the others: blocking), then to those that fit only in the
     free total (fragmentation), each at most its GPUs."""
     names = list(node_gpus)
     cap = np.array([node_gpus[name] for name in names], dtype=float)
-    line = _timeline(jobs, {name: i for i, name in enumerate(names)}, node_gpus, float(edges[-1]), quota_wait_s,
-                     out_of_service)
+    line = _timeline(jobs, {name: i for i, name in enumerate(names)}, node_gpus, float(edges[-1]), out_of_service,
+                     quota_held)
     out = {c: np.zeros(edges.size - 1) for c in ("blocking", "quota", "fragmentation")}
     if line.times.size < 2:
         return out
     n = len(names)
     per_task = np.array([s[0] for s in line.shapes], dtype=float)
     tasks = np.array([s[1] for s in line.shapes], dtype=float)
-    held = np.array([s[2] for s in line.shapes], dtype=bool)
-    level = np.zeros(n + len(line.shapes))
+    group = np.array([s[2] for s in line.shapes], dtype=np.int64)
+    shapes = len(line.shapes)
+    level = np.zeros(n + shapes + (int(group.max()) + 1 if shapes else 0))
     order = np.argsort(line.seg, kind="stable")
     seg, col, delta = line.seg[order], line.col[order], line.delta[order]
     segments = line.times.size - 1
@@ -246,7 +257,9 @@ def _idle_losses(jobs: Sequence[Mapping[str, Any]], node_gpus: Mapping[str, int]
         np.add.at(dense, (seg[lo:hi] - first, col[lo:hi]), delta[lo:hi])
         state = level + np.cumsum(dense, axis=0)
         level = state[-1]
-        for cause, gpus in _split_idle(cap - state[:, :n], state[:, n:], per_task, tasks, held).items():
+        held = (state[:, n + shapes + np.maximum(group, 0)] > 0.5) & (group >= 0) if level.size > n + shapes \
+            else np.zeros((last - first, shapes), dtype=bool)
+        for cause, gpus in _split_idle(cap - state[:, :n], state[:, n:n + shapes], per_task, tasks, held).items():
             per_segment[cause].append(gpus)
     for cause in out:
         rate = np.concatenate(per_segment[cause])

@@ -96,7 +96,7 @@ class Recorder:
         self._quota_blocked_s: dict[str, float] = {}
         self._sees_waiting = False  # the world reports why jobs wait (`waiting`)
         self._evicted_needed_gpus = [0, 0]  # over all preemptions: GPUs evicted, GPUs their preemptors needed
-        self.ledger = LossLedger(cluster)  # nodes out of service over time, for the GPU-hours lost by cause
+        self.ledger = LossLedger(cluster, self.jobs)  # for the GPU-hours lost by cause: nodes out, quota holds
         # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
         self.net_util_fn: Callable[[float, float], float] | None = None
 
@@ -157,7 +157,7 @@ class Recorder:
         """Why jobs wait after a cycle that ran: statuses (framework `Status`) by job id. A job is quota-blocked from
         a cycle whose status for it has the cause `Cause.QUOTA` until one gives another cause or it starts."""
         self._sees_waiting = True
-        self.ledger.sample(now_s)
+        self.ledger.sample(now_s, statuses)
         for job_id, status in statuses.items():
             blocked = status.cause is Cause.QUOTA
             if blocked and job_id not in self._quota_since:
@@ -250,7 +250,7 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
-        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs)), self._quota_blocked_s))
+        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs))))
         assert tuple(summary) == SUMMARY_KEYS
         tenants = _tenants(jobs, self._quota_blocked_s if self._sees_waiting else None)
         if len(tenants) > 1:

@@ -39,12 +39,17 @@ def _refs(refs: Sequence[PluginRef], drop: set[str]) -> list[PluginRef]:
     return [ref for ref in refs if split_ref(ref)[0] not in drop]
 
 
-def _place(name: str, scorer: str | None = None) -> Callable[[Profile], Profile | None]:
+# scorers that choose among nodes by load or packing alone: a fragmentation-aware placer replaces them
+_NODE_CHOOSERS = frozenset({"random", "round-robin", "weighted-round-robin", "least-connections", "least-load",
+                            "best-fit", "dot-product", "gpu-clustering", "gpu-packing"})
+
+
+def _place(name: str, scorer: str, replaces_choosers: bool = False) -> Callable[[Profile], Profile | None]:
     def compose(p: Profile) -> Profile | None:
-        if split_ref(p.place)[0] == name and (scorer is None or scorer in p.score):
+        if split_ref(p.place)[0] == name and scorer in p.score:
             return None
-        placed = p.model_copy(update={"place": name})
-        return placed.with_score(scorer, 1.0) if scorer else placed
+        kept = {k: w for k, w in p.score.items() if not (replaces_choosers and k in _NODE_CHOOSERS)}
+        return p.model_copy(update={"place": name, "score": kept}).with_score(scorer, 1.0)
     return compose
 
 
@@ -95,9 +100,9 @@ def _order_first(name: str) -> Callable[[Profile], Profile | None]:
 
 
 STRATEGIES: tuple[Strategy, ...] = (
-    Strategy("fgd", "fragmentation", "place by fragmentation gradient descent (fgd)", _place("fgd")),
+    Strategy("fgd", "fragmentation", "place by fragmentation gradient descent (fgd)", _place("fgd", "fgd", True)),
     Strategy("steady-pack", "fragmentation", "place with steady-pack (fgd with GPU-model rules)",
-             _place("steady-pack")),
+             _place("steady-pack", "steady-pack", True)),
     Strategy("backfill", "blocking", "skip a job that does not fit so smaller ones start (no strict head)",
              _backfill([])),
     Strategy("reserve-aging", "blocking", "EASY backfill: a gang of 8+ GPUs or a job waiting 1 h reserves",
