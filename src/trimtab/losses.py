@@ -37,7 +37,7 @@ class Losses:
 
     def lost_gpu_hours(self) -> dict[str, float]:
         """Totals over the run, in GPU-hours, every cause of CAUSES (0 where none)."""
-        return {cause: round(float(self.lost_gpu_s[cause].sum()) / 3600.0, 4) for cause in CAUSES}
+        return {cause: round(float(self.lost_gpu_s[cause].sum()) / 3600.0, 6) for cause in CAUSES}
 
 
 class LossLedger:

@@ -84,7 +84,8 @@ def slowdown() -> Scenario:
     within one node (one NVLink island of 8 GPUs) runs at full speed."""
     jobs = _jobs(200, 6, 900.0, lambda r: (int(r.choice([4, 8])), 1), lambda r: r.uniform(1800, 7200))
     profile = Profile(name="spread-gangs", order=["fifo"], score={"least-load": 1.0}, place="best-node")
-    return Scenario("slowdown", _nodes(8, racks=4), jobs, profile, SimConfig(timing=False, speed="topology,island-gpus=8"))
+    config = SimConfig(timing=False, speed="topology,island-gpus=8")
+    return Scenario("slowdown", _nodes(8, racks=4), jobs, profile, config)
 
 
 ALL = {s.__name__: s for s in (fragmentation, blocking, quota, preemption, failure, slowdown)}
