@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from trimtab.losses import CAUSES, NOT_THE_SCHEDULERS
-from trimtab.model import Job, Node
+from trimtab.losses import CAUSES, NOT_THE_SCHEDULERS, gpu_losses
+from trimtab.model import Job, Node, Resources
 from trimtab.profile import PluginRef, Profile
 from trimtab.profile import _split_ref as split_ref
+from trimtab.series import window_edges
 from trimtab.sim.parallel import parallel_map
 from trimtab.sim.run import SimConfig, simulate
 from trimtab.sim.tune import objective, split
@@ -27,12 +28,15 @@ OBJECTIVE = (LOST, "avg_jct_s")  # how candidates are judged: lost GPU-hours and
 
 @dataclass(frozen=True, slots=True)
 class Strategy:
-    """One answer to a cause: `compose` turns the current profile into the candidate (None: it does not apply)."""
+    """One answer to a cause: `compose` turns the current profile into the candidate (None: it does not apply);
+    `needs`: what the workload must have for it to change anything ("priorities": jobs of different priorities,
+    "tenants": several tenants; "" nothing)."""
 
     name: str
     cause: str
     what: str
     compose: Callable[[Profile], Profile | None]
+    needs: str = ""
 
 
 def _refs(refs: Sequence[PluginRef], drop: set[str]) -> list[PluginRef]:
@@ -121,16 +125,21 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("locality", "slowdown", "prefer nodes that cache the job's data", _place("score-pack", "locality")),
     Strategy("heterogeneity", "slowdown", "place on the GPU model the job runs best on",
              _place("score-pack", "heterogeneity")),
-    Strategy("priority", "load", "priority classes first when demand exceeds the cluster", _order_first("priority")),
-    Strategy("drf", "load", "tenants' dominant shares first (fair under overload)", _order_first("drf")),
+    Strategy("priority", "load", "priority classes first when demand exceeds the cluster", _order_first("priority"),
+             "priorities"),
+    Strategy("drf", "load", "tenants' dominant shares first (fair under overload)", _order_first("drf"), "tenants"),
 )
 
 
-def candidates_for(profile: Profile, cause: str) -> list[tuple[Strategy, Profile]]:
-    """The candidate profiles that answer `cause`, each composed onto `profile` and named after both."""
+def candidates_for(profile: Profile, cause: str, jobs: Sequence[Job] = ()) -> list[tuple[Strategy, Profile]]:
+    """The candidate profiles that answer `cause`, each composed onto `profile` and named after both; with `jobs`,
+    only those whose needs the workload meets."""
+    has = {"": True, "priorities": len({j.priority for j in jobs}) > 1, "tenants": len({j.tenant for j in jobs}) > 1}
     out = []
     for strategy in STRATEGIES:
-        if strategy.cause == cause and (composed := strategy.compose(profile)) is not None:
+        if strategy.cause != cause or (jobs and not has[strategy.needs]):
+            continue
+        if (composed := strategy.compose(profile)) is not None:
             out.append((strategy, composed.model_copy(update={
                 "name": f"{profile.name}+{strategy.name}",
                 "description": f"{profile.name}, with {strategy.what} (against {cause})"})))
@@ -151,7 +160,7 @@ def compose(profile: Profile, strategies: Sequence[Strategy]) -> Profile | None:
 def ranked_causes(lost_gpu_hours: dict[str, float]) -> list[dict[str, Any]]:
     """The causes, largest first, each with its GPU-hours and whether the scheduler can act on it."""
     order = sorted(CAUSES, key=lambda c: (-lost_gpu_hours.get(c, 0.0), CAUSES.index(c)))
-    return [{"cause": c, "gpu_hours": round(lost_gpu_hours.get(c, 0.0), 2), "scheduler": c not in NOT_THE_SCHEDULERS}
+    return [{"cause": c, "gpu_hours": round(lost_gpu_hours.get(c, 0.0), 6), "scheduler": c not in NOT_THE_SCHEDULERS}
             for c in order]
 
 
@@ -268,7 +277,7 @@ def advise(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile, config:
     targets = [c["cause"] for c in causes if c["scheduler"] and c["gpu_hours"] > 0][:loop.settings.causes]
     if causes[0]["cause"] == "load" and causes[0]["gpu_hours"] > 0:  # overload: who goes first matters most
         targets.append("load")
-    tried = [pair for cause in targets for pair in candidates_for(profile, cause)]
+    tried = [pair for cause in targets for pair in candidates_for(profile, cause, jobs)]
     candidates = _try(loop, profile, tried, targets)
     best = min(candidates, key=lambda c: c["score"], default=None)
     recommended, held = profile, None
@@ -334,3 +343,69 @@ def _change(g: dict[str, Any], metric: str) -> str:
         return "-"
     m = g[metric]
     return f"{m['base']:g} -> {m['candidate']:g} ({m['change']:+.0%} ±{m['spread']:.0%})"
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+
+
+def jobs_of_records(records: Sequence[dict[str, Any]]) -> list[Job]:
+    """The jobs of a run's records (a run file's `jobs`, or `history_records`), as a simulation replays them:
+    submission, gang shape, reference duration, tenant and priority. Records without a duration (a live job not
+    yet completed) or without GPUs are left out. Submissions are rebased so the first is at 0."""
+    usable = [r for r in records if r.get("duration") is not None and int(r["gpus"]) > 0]
+    if not usable:
+        raise ValueError("no job with a known duration and GPUs to replay")
+    t0 = min(float(r["submit"]) for r in usable)
+    return [Job(id=str(r["id"]), submit_s=float(r["submit"]) - t0, tasks=int(r["tasks"]),
+                task=Resources(gpus=int(r["gpus"]) // int(r["tasks"])), duration_s=float(r["duration"]),
+                tenant=str(r.get("tenant", "default")), priority=int(r.get("priority", 0))) for r in usable]
+
+
+def history_records(api_jobs: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The jobs of a live server (GET /v1/jobs: runs per attempt and rank) in the run records' shape. An attempt
+    spans its tasks' earliest start to their latest end (None while running); a completed attempt's span is the
+    job's reference duration and all its GPU-time is useful, any other keeps nothing (a live task says nothing of
+    its checkpoints)."""
+    out = []
+    for job in api_jobs:
+        attempts: dict[int, list[dict[str, Any]]] = {}
+        for run in job["runs"]:
+            if run.get("start_s") is not None:
+                attempts.setdefault(int(run["attempt"]), []).append(run)
+        runs = []
+        for _, ranks in sorted(attempts.items()):
+            start = min(float(r["start_s"]) for r in ranks)
+            ends = [r["end_s"] for r in ranks]
+            end = None if any(e is None for e in ends) else max(float(e) for e in ends)
+            outcome = "completed" if all(r["outcome"] == "completed" for r in ranks) else next(
+                (r["outcome"] for r in ranks if r["outcome"] not in ("", "completed")), "")
+            nodes = sorted({r["node"] for r in ranks})
+            runs.append({"start": start, "end": end, "nodes": nodes,
+                         "node_tasks": [sum(r["node"] == n for r in ranks) for n in nodes], "outcome": outcome,
+                         "useful_s": (end - start) if outcome == "completed" and end is not None else 0.0,
+                         "progress_from": start, "slowdown": 1.0})
+        done = [r for r in runs if r["outcome"] == "completed"]
+        out.append({"id": str(job["id"]), "tenant": job["tenant"], "priority": job.get("priority", 0),
+                    "gpus": int(job["gpus"]), "tasks": int(job["tasks"]), "submit": float(job["submit_s"]),
+                    "state": job["state"], "end": job.get("end_s"), "runs": runs,
+                    "duration": done[-1]["end"] - done[-1]["start"] if done else None})
+    return out
+
+
+def baseline_of_records(records: Sequence[dict[str, Any]], nodes: Sequence[Node], window_s: float = 3600.0,
+                        now_s: float | None = None) -> dict[str, Any]:
+    """A run record to diagnose from records that were not simulated here (a live server's history): its
+    `summary` holds the lost GPU-hours by cause (losses.py) over windows from the first submission to `now_s`
+    (default: the last end or submission), its `series` the per-window losses, `jobs` the records."""
+    submits = [float(r["submit"]) for r in records]
+    ends = [float(r["end"]) for r in records if r.get("end") is not None]
+    first = min(submits, default=0.0)
+    last = now_s if now_s is not None else max([*ends, *submits], default=first)
+    edges = window_edges(first, max(last, first + 1.0), window_s)
+    losses = gpu_losses(records, {n.name: n.capacity.gpus for n in nodes}, edges)
+    series = {"window_s": window_s, "start_s": first, "useful_gpu_s": losses.useful_gpu_s.tolist(),
+              "lost_gpu_s": {c: v.tolist() for c, v in losses.lost_gpu_s.items()}}
+    states = [r.get("state") for r in records]
+    summary = {"jobs_submitted": len(records), "jobs_completed": states.count("completed"),
+               "lost_gpu_hours": losses.lost_gpu_hours()}
+    return {"policy": "", "summary": summary, "series": series, "jobs": list(records)}
