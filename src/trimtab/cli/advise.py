@@ -115,11 +115,10 @@ def _advise(inputs: Inputs, settings: Any, out: Path, as_json: bool, say: Any) -
     try:
         advice = advise(nodes, jobs, profile, config, settings, baseline=baseline,
                         progress=lambda line: say(f"[{time.perf_counter() - t0:5.1f} s] {line}", highlight=False,
-                                                  markup=False))
+                                                  markup=False, soft_wrap=True))
     except ValueError as exc:
         fail(str(exc))
-    dumped = {k: v for k, v in advice.profile.model_dump().items() if v not in ([], {}, "")}
-    profile_yaml = yaml.safe_dump(dumped, sort_keys=False)
+    profile_yaml = yaml.safe_dump(advice.profile.model_dump(exclude_defaults=True), sort_keys=False)
     out.mkdir(parents=True, exist_ok=True)
     path = out / "recommended.yaml"
     path.write_text(profile_yaml)
