@@ -3,10 +3,13 @@ recommends recovers at least half of that cause's GPU-hours on the held-out jobs
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from advise_scenarios import ALL
 
 from trimtab.profile import Profile
+from trimtab.report.losses import write_record
 from trimtab.sim.advise import AdviseConfig, advise, candidates_for, compose, ranked_causes
 
 
@@ -45,3 +48,14 @@ def test_candidates_compose_onto_the_current_profile() -> None:
     assert [s.name for s, _ in candidates_for(Profile.load("fifo-backfill"), "blocking")] == ["reserve-aging"]
     both = compose(las, [min_runtime, guarded])
     assert both is not None and both.name == "las+min-runtime+guarded" and "guarded" in both.enabled("preempt")
+
+
+def test_the_record_says_what_was_done_in_markdown_and_html(tmp_path: Path) -> None:
+    """The steps, the causes, the candidates and the profile, with the figure of GPU-hours by cause embedded."""
+    scenario = ALL["blocking"]()
+    advice = advise(scenario.nodes, scenario.jobs, scenario.profile, scenario.config,
+                    AdviseConfig(causes=1, seeds=1, tune_share=0.5, workers=1))
+    md, page = write_record(advice.document, advice.steps, advice.baseline, "name: x\n", tmp_path)
+    text = md.read_text()
+    assert "## Where the GPU-hours went" in text and "| blocking |" in text and "fifo+backfill" in text
+    assert "data:image/png;base64," in page.read_text() and (tmp_path / "losses.png").stat().st_size > 1000
