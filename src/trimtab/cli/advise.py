@@ -147,7 +147,7 @@ def _from_run(path: Path, cluster: str, policy: str) -> Inputs:
     """A run file: its records are the baseline and its jobs the inputs; its config the assumptions."""
     from trimtab.formats.cluster import load_cluster
     from trimtab.profile import Profile
-    from trimtab.sim.advise import jobs_of_records
+    from trimtab.sim.advise import baseline_of_records, jobs_of_records
     from trimtab.sim.run import SimConfig
 
     try:
@@ -161,7 +161,11 @@ def _from_run(path: Path, cluster: str, policy: str) -> Inputs:
         raise ValueError(f"{path}: the run file names no cluster; give --cluster")
     config = dict(run.get("config") or {})
     config["bursts"] = tuple(config.get("bursts") or ())
-    return (load_cluster(spec), jobs_of_records(run["jobs"]), Profile.load(policy or run.get("policy") or "steady"),
+    nodes = load_cluster(spec)
+    if "lost_gpu_hours" not in run["summary"]:  # a run file from before the loss accounting: count from its records
+        counted = baseline_of_records(run["jobs"], nodes, float(run["series"].get("window_s", 3600.0)))
+        run = {**run, "summary": {**run["summary"], **counted["summary"]}, "series": counted["series"]}
+    return (nodes, jobs_of_records(run["jobs"]), Profile.load(policy or run.get("policy") or "steady"),
             SimConfig(**{**config, "timing": False}), run)
 
 

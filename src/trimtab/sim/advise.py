@@ -219,11 +219,11 @@ def _summary_of(nodes: Sequence[Node], parts: dict[str, list[Job]], config: SimC
 class Loop:
     """One advise session on fixed inputs; `progress` gets a line of text per step."""
 
-    def __init__(self, nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile, config: SimConfig,
-                 settings: AdviseConfig, progress: Callable[[str], None]) -> None:
+    def __init__(self, nodes: Sequence[Node], jobs: Sequence[Job], config: SimConfig, settings: AdviseConfig,
+                 progress: Callable[[str], None]) -> None:
         if settings.causes < 1 or settings.seeds < 1:
             raise ValueError("advise needs at least one cause and one seed")
-        self.nodes, self.profile, self.config, self.settings = list(nodes), profile, config, settings
+        self.nodes, self.config, self.settings = list(nodes), config, settings
         tune_jobs, held_jobs = split(jobs, settings.tune_share)
         self.parts = {"tune": tune_jobs, "held-out": held_jobs}
         self.seeds = [config.seed + k for k in range(settings.seeds)]
@@ -264,7 +264,7 @@ def advise(nodes: Sequence[Node], jobs: Sequence[Job], profile: Profile, config:
     is the best candidate if it beats the current one there (tune.objective on OBJECTIVE below 1), else the
     current one."""
     config = config or SimConfig()
-    loop = Loop(nodes, jobs, profile, config, settings or AdviseConfig(), progress)
+    loop = Loop(nodes, jobs, config, settings or AdviseConfig(), progress)
     if baseline is None:
         loop.step(f"baseline: {profile.name} on {len(jobs)} jobs, {sum(n.capacity.gpus for n in nodes)} GPUs")
         baseline = simulate(nodes, jobs, profile, replace(config, timing=False))
