@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
+from trimtab.losses import LossLedger
 from trimtab.model import Job, JobState, Outcome
 from trimtab.policy import Cause, Eviction, Status
 from trimtab.series import time_mean, window_edges, window_integrals_of_steps, window_max, window_means
@@ -27,8 +28,7 @@ SUMMARY_KEYS = (
     "cross_node_ratio", "cross_rack_ratio", "net_util",
     "starvation_rate", "failure_rate", "preemptions", "wasted_gpu_hours", "evicted_gpus_per_needed_gpu",
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
-    "fairness_jain",
-)
+    "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours")
 TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
 
 
@@ -95,6 +95,7 @@ class Recorder:
         self.waits = WaitBook()  # time waited per cause, from the statuses the world reports (`waiting`)
         self._sees_waiting = False  # the world reports why jobs wait
         self._evicted_needed_gpus = [0, 0]  # over all preemptions: GPUs evicted, GPUs their preemptors needed
+        self.ledger = LossLedger(cluster, self.jobs)  # for the GPU-hours lost by cause: nodes out, quota holds
         # time-averaged link utilisation over [first, end], set by a world that models the network (else 0)
         self.net_util_fn: Callable[[float, float], float] | None = None
 
@@ -119,9 +120,6 @@ class Recorder:
         rec.state = JobState.RUNNING
         self._open_runs[job.id] = (run, alloc)
         self._node_change(alloc, now_s, +1)
-        self._alloc[0] += alloc.gpus
-        self._alloc[1] += alloc.tasks * alloc.task.cpu_milli
-        self._alloc[2] += alloc.tasks * alloc.task.mem_mib
         self._pending -= 1
         self._mark(now_s)
 
@@ -133,9 +131,6 @@ class Recorder:
         run.outcome = str(outcome)
         run.useful_s = max(useful_s, 0.0)
         self._node_change(alloc, now_s, -1)
-        self._alloc[0] -= alloc.gpus
-        self._alloc[1] -= alloc.tasks * alloc.task.cpu_milli
-        self._alloc[2] -= alloc.tasks * alloc.task.mem_mib
         rec = self.jobs[job_id]
         if requeued:
             rec.state = JobState.PENDING
@@ -155,11 +150,11 @@ class Recorder:
 
     def waiting(self, now_s: float, statuses: Mapping[str, Status], stalled: Mapping[str, Status] = NO_STATUSES
                 ) -> None:
-        """Why jobs wait after a cycle that ran (Decision.waiting and Decision.stalled), booked by cause (WaitBook):
-        a job is quota-blocked from a cycle whose status for it has the cause `Cause.QUOTA` until one gives another
-        cause or it starts."""
+        """Why jobs wait after a cycle that ran (Decision.waiting and .stalled): booked by cause (WaitBook, where
+        a cause holds from the cycle that gives it until another cause or the start) and sampled for the losses."""
         self._sees_waiting = True
         self.waits.seen(now_s, statuses, stalled)
+        self.ledger.sample(now_s, statuses)
 
     def cycle(self, wall_ms: float, decisions: int) -> None:
         self._cycle_ms.append(wall_ms)
@@ -172,6 +167,10 @@ class Recorder:
             self._evicted_needed_gpus[1] += eviction.needed_gpus
 
     def _node_change(self, alloc: Allocation, now_s: float, sign: int) -> None:
+        """An allocation taken (sign +1) or given back (-1): the totals and each node's GPU-time integral."""
+        self._alloc[0] += sign * alloc.gpus
+        self._alloc[1] += sign * alloc.tasks * alloc.task.cpu_milli
+        self._alloc[2] += sign * alloc.tasks * alloc.task.mem_mib
         gpu_s, held, since = self._node_gpu_s, self._node_alloc, self._node_since
         gpus = sign * alloc.task.gpus
         for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):  # few nodes: scalars
@@ -250,6 +249,7 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
+        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs))))
         assert tuple(summary) == SUMMARY_KEYS
         quota_blocked_s = {r.job.id: self.waits.closed_s(r.job.id, Cause.QUOTA) for r in jobs}
         tenants = _tenants(jobs, quota_blocked_s if self._sees_waiting else None)

@@ -55,7 +55,7 @@ def test_same_seed_gives_byte_identical_json_across_processes(tmp_path):
 
 
 def test_demo_writes_the_report(tmp_path):
-    result = runner.invoke(app, ["demo", "--out-dir", str(tmp_path / "rep")])
+    result = runner.invoke(app, ["demo", "--out-dir", str(tmp_path / "rep"), "--no-advise"])
     assert result.exit_code == 0, result.output
     assert (tmp_path / "rep" / "index.html").exists()
     for name in ("steady", "fifo", "fifo-backfill", "sjf", "srtf", "las", "qssf", "drf", "priority"):

@@ -11,7 +11,7 @@ import shutil
 import typer
 from typer import rich_utils
 
-from trimtab.cli import bench, config, daemon, kube, serve, sim
+from trimtab.cli import advise, bench, config, daemon, kube, serve, sim
 
 HELP_MIN_WIDTH = 120
 """Help is laid out at least this wide: Typer takes the terminal's width, 80 columns when output goes to a pipe or a
@@ -24,6 +24,7 @@ if not os.environ.get("TERMINAL_WIDTH"):
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="trimtab: a GPU-cluster scheduler that keeps throughput steady, and its simulator.")
 app.add_typer(sim.commands)
+app.add_typer(advise.commands)
 app.add_typer(daemon.commands)
 app.add_typer(serve.commands)
 app.add_typer(config.commands)

@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 commands = typer.Typer()
 
 DEMO_CLUSTER = "2r8x8"
-DEMO_WORKLOAD = "synthetic:jobs=3000,seed=1,load=0.9"
+DEMO_WORKLOAD = "synthetic:jobs=2000,seed=1,load=1.3,max_duration_s=43200"  # overloaded: the policies differ
+DEMO_FAULTS = "node-mtbf=7d,node-mttr=2h,job-fail=0.02"  # drawn from the run's seed: advise's seeds vary them
 DEMO_POLICIES = "steady,fifo,fifo-backfill,sjf,srtf,las,qssf,drf,priority"
+DEMO_ADVISED = "fifo"  # the baseline the demo's advise diagnoses
 
 ClusterOpt = Annotated[str, typer.Option("--cluster", "-c", help="Shape (56x8, 4x8:v100, 7r8x8), YAML or spec file.")]
 WorkloadOpt = Annotated[str, typer.Option(
@@ -165,9 +167,10 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
     result = {"cluster": cluster, "workload": workload, **result}
     table = Table("metric", "value", title=f"{profile.name} on {cluster}: {len(jobs)} jobs in {wall:.1f} s")
     for key, value in result["summary"].items():
-        if isinstance(value, dict):  # tenants.<namespace>: one row each
+        if isinstance(value, dict):  # tenants.<namespace>, lost_gpu_hours.<cause>: one row each
             for name, fields in value.items():
-                table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items()))
+                table.add_row(f"{key}.{name}", "  ".join(f"{k}={'-' if v is None else v}" for k, v in fields.items())
+                              if isinstance(fields, dict) else str(fields))
             continue
         table.add_row(key, "-" if value is None else str(value))
     for name, gpu_s in result.get("reservations", {}).get("unused_gpu_s", {}).items():
@@ -277,12 +280,21 @@ def _compare(cluster: str, workload: str, policies: list[str], out_dir: Path | N
 
 
 @commands.command("demo")
-def demo_cmd(out_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("trimtab-report")) -> None:
-    """The built-in synthetic workload on a built-in cluster: compare the built-in policies, write a report."""
+def demo_cmd(out_dir: Annotated[Path, typer.Option(help="Where the report goes.")] = Path("trimtab-report"),
+             advise: Annotated[bool, typer.Option("--advise/--no-advise", help="Then advise on fifo.")] = True,
+             ) -> None:
+    """The built-in synthetic workload on a built-in cluster, with faults: compare the built-in policies and write a
+    report, then advise on fifo: its bottleneck, the strategies tried, the measured fix."""
+    from trimtab.cli.advise import advise_on
     from trimtab.sim.run import SimConfig
 
-    console.print(f"[bold]trimtab demo[/bold]: {DEMO_WORKLOAD} on {DEMO_CLUSTER}, policies {DEMO_POLICIES}")
-    _compare(DEMO_CLUSTER, DEMO_WORKLOAD, DEMO_POLICIES.split(","), out_dir, SimConfig(seed=1), None)
+    config = SimConfig(seed=1, faults=DEMO_FAULTS)
+    console.print(f"[bold]trimtab demo[/bold]: {DEMO_WORKLOAD} on {DEMO_CLUSTER}, faults {DEMO_FAULTS}, "
+                  f"policies {DEMO_POLICIES}")
+    _compare(DEMO_CLUSTER, DEMO_WORKLOAD, DEMO_POLICIES.split(","), out_dir, config, None)
+    if advise:
+        console.print(f"[bold]trimtab advise[/bold] on {DEMO_ADVISED}: where do its GPU-hours go, and what fixes it?")
+        advise_on(DEMO_CLUSTER, DEMO_WORKLOAD, DEMO_ADVISED, config, out_dir / "advice")
 
 
 @commands.command("report")
