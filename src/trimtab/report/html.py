@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from trimtab.report import figures
+from trimtab.report.losses import lost_over_time
 from trimtab.report.table import COLUMNS, TIE_RTOL, best_per_column, mean_summary
 from trimtab.report.timeline import (
     WINDOWS_PER_RUN,
@@ -87,7 +88,9 @@ def write_report(runs: Mapping[str, Sequence[Run]], out_dir: str | Path, title: 
     made = [(caption.format(w=window), figures.small_multiples(first, lines, field, axis, window, out / f"{field}.png"))
             for field, caption in _TIME_FIGURES.items()]
     made += [("Job completion time and wait, CDFs", figures.cdfs(first, out / "cdfs.png")),
-             ("Share of GPU-time per tenant", figures.tenant_shares(first, out / "tenants.png"))]
+             ("Share of GPU-time per tenant", figures.tenant_shares(first, out / "tenants.png")),
+             ("Where the GPU-hours go: useful, and lost by cause, per window (docs/metrics.md)",
+              lost_over_time(first, out / "losses.png"))]
     heat = figures.node_heatmaps(used, lines, axis, out / "nodes.png")
     seeds = max(len(s) for s in runs.values())
     sized = f"sized to the run (at most {WINDOWS_PER_RUN} per run)" if auto else "as asked"
