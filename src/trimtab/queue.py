@@ -219,23 +219,36 @@ class RunningKeys:
         self._expiry: list[tuple[float, str]] = []  # heap of (expiry, job id)
         # with moving parts: each running job's key parts (the moving ones rewritten each cycle) and its group
         self._parts: dict[str, tuple[list[Any], tuple[Hashable, ...] | None]] = {}
+        # grouped: the running jobs of each group, the groups' moving parts at the last refresh, and the groups a
+        # job joined since (its key was computed then); the keys of the other groups change only with their parts
+        self._members: dict[tuple[Hashable, ...], dict[str, None]] = {}
+        self._moved: dict[tuple[Hashable, ...], list[Any]] = {}
+        self._joined: set[tuple[Hashable, ...]] = set()
 
     def drop(self, job_id: str) -> None:
         """A job stopped running."""
         if self.keys.pop(job_id, None) is not None:
             ranked = self.ranked
             del ranked[bisect.bisect_left(ranked, self._entry.pop(job_id))]
-            self._parts.pop(job_id, None)
+            parts = self._parts.pop(job_id, None)
+            if parts is not None and parts[1] is not None:
+                members = self._members[parts[1]]
+                del members[job_id]
+                if not members:
+                    del self._members[parts[1]]
 
     def cache(self, job: Job, ctx: CycleContext, rank: bool = True) -> None:
         """Compute a running job's key and when it expires; with `rank` False the caller re-sorts `ranked`."""
         if rank:
             self.drop(job.id)
         parts = [p.order_key(job, ctx) for p in self._order]
-        if self._moving:
-            order = self._order
-            self._parts[job.id] = (parts, tuple([order[i].key_group(job) for i in self._moving])
-                                   if self._grouped else None)
+        if self._grouped:
+            group = tuple([self._order[i].key_group(job) for i in self._moving])
+            self._parts[job.id] = (parts, group)
+            self._members.setdefault(group, {})[job.id] = None
+            self._joined.add(group)
+        elif self._moving:
+            self._parts[job.id] = (parts, None)
         key = self.keys[job.id] = tuple(parts)
         entry = self._entry[job.id] = (key, ctx.running[job.id].start_s, job.id)
         if rank:
@@ -271,29 +284,39 @@ class RunningKeys:
                 self.drop(job_id)
 
     def _refresh_moving(self, ctx: CycleContext) -> None:
-        """Every running job's moving parts asked again (once per group when grouped), in one pass; `ranked`
-        re-sorted from its last order (keys that all move alike keep it nearly sorted)."""
-        order, moving, parts_of, keys = self._order, self._moving, self._parts, self.keys
+        """Every running job's moving parts asked again, in one pass (grouped: once per group, and only the jobs of
+        the groups whose parts changed or that a job joined get new keys); `ranked` re-sorted from its last order
+        (keys that all move alike keep it nearly sorted)."""
+        order, moving, parts_of, keys, entries = self._order, self._moving, self._parts, self.keys, self._entry
         running = ctx.running
         if len(parts_of) != len(running):  # jobs started outside a cycle (e.g. re-adopted)
             for jid, run in running.items():
                 if jid not in parts_of:
                     self.cache(run.job, ctx)
-        by_group: dict[Hashable, list[Any]] = {}
-        entries = self._entry
-        for jid, (parts, group) in parts_of.items():
-            job = running[jid].job
-            if group is None:
-                for i in moving:
-                    parts[i] = order[i].order_key(job, ctx)
-            else:
-                now = by_group.get(group)
+        changed: list[tuple[Mapping[str, Any], list[Any] | None]]  # (jobs, their new moving parts or None: ask)
+        if self._grouped:
+            by_group = {group: [order[i].order_key(running[next(iter(members))].job, ctx) for i in moving]
+                        for group, members in self._members.items()}
+            changed = [(self._members[group], now) for group, now in by_group.items()
+                       if group in self._joined or self._moved.get(group) != now]
+            self._moved = by_group
+            self._joined.clear()
+            if not changed:
+                return
+        else:
+            changed = [(parts_of, None)]
+        for members, now in changed:
+            for jid in members:
+                parts = parts_of[jid][0]
                 if now is None:
-                    now = by_group[group] = [order[i].order_key(job, ctx) for i in moving]
-                for i, part in zip(moving, now, strict=True):
-                    parts[i] = part
-            key = keys[jid] = tuple(parts)
-            entries[jid] = (key, entries[jid][1], jid)
+                    job = running[jid].job
+                    for i in moving:
+                        parts[i] = order[i].order_key(job, ctx)
+                else:
+                    for i, part in zip(moving, now, strict=True):
+                        parts[i] = part
+                key = keys[jid] = tuple(parts)
+                entries[jid] = (key, entries[jid][1], jid)
         ranked = self.ranked
         ranked[:] = [entries[entry[2]] for entry in ranked]
         ranked.sort()
