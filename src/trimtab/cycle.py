@@ -96,9 +96,7 @@ class Framework:
         # order plugins whose keys may expire, of running / waiting jobs (the others keep Plugin's "never")
         self._pending_expiring = [p for p in self.order
                                   if type(p).pending_key_expires_s is not Plugin.pending_key_expires_s]
-        self.running_keys = RunningKeys(self.order_key,
-                                        [p for p in self.order if type(p).key_expires_s is not Plugin.key_expires_s],
-                                        any(p.dynamic_running_key for p in self.order))
+        self.running_keys = RunningKeys(self.order)
         self._has_preempt = bool(self.preempt)
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
@@ -299,10 +297,10 @@ class Framework:
         job fit (the plugins then see a context whose `releasing` names them); the victims are booked as stopped and
         the preemption recorded (`Decision.evictions`). None: no answer works (nothing changed)."""
         ctx, decision = books.ctx, books.decision
-        started = {j.id for j, _ in decision.starts}
         for plugin in self.preempt:
             victims = plugin.preempt(job, ctx)
-            if not victims or any(ctx.running[v].start_s == ctx.now_s and v in started for v in victims):
+            if not victims or any(ctx.running[v].start_s == ctx.now_s and v in {j.id for j, _ in decision.starts}
+                                  for v in victims):
                 continue  # a job started in this very cycle is never stopped by it
             idle_before = ctx.cluster.free_gpus.copy()
             with ctx.cluster.txn() as txn:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
 from trimtab.model import Job
@@ -200,29 +200,56 @@ class RunningKeys:
     """The order keys of running jobs, cached: `keys` by job id, and `ranked` as (key, start_s, job id) ascending, so
     the jobs ordered after a waiting job are a tail found by bisection (CycleContext.running_keys / running_ranked
     point at these two, which stay the same objects for the cache's life). A key is kept until the order plugins'
-    `key_expires_s` (the earliest such time is a wake-up time); with `dynamic` (SRTF) every key is computed again
-    each cycle."""
+    `key_expires_s` (the earliest such time is a wake-up time). The parts of plugins with `dynamic_running_key`
+    (SRTF, DRF) are computed again each cycle, once per group when each such plugin names one (`key_group`); the
+    parts of the other plugins are then kept from the job's start, as their `key_expires_s` allows, unless they may
+    expire (those are asked again each cycle too)."""
 
-    def __init__(self, order_key: OrderKey, expiring: Sequence[Plugin], dynamic: bool) -> None:
-        self._order_key = order_key
-        self._expiring = expiring  # order plugins whose key of a running job may expire
-        self._dynamic = dynamic
+    def __init__(self, order: Sequence[Plugin]) -> None:
+        self._order = list(order)
+        self._expiring = [p for p in order if type(p).key_expires_s is not Plugin.key_expires_s]
+        # the parts asked again every cycle when any part moves continuously (empty: keys kept until they expire)
+        moves = any(p.dynamic_running_key for p in order)
+        self._moving = [i for i, p in enumerate(order) if moves and (p.dynamic_running_key or p in self._expiring)]
+        self._grouped = bool(self._moving) and all(type(order[i]).key_group is not Plugin.key_group
+                                                   for i in self._moving)
         self.keys: dict[str, tuple[Any, ...]] = {}
         self.ranked: list[Ranked] = []
         self._entry: dict[str, Ranked] = {}  # each job's entry in `ranked`
         self._expiry: list[tuple[float, str]] = []  # heap of (expiry, job id)
+        # with moving parts: each running job's key parts (the moving ones rewritten each cycle) and its group
+        self._parts: dict[str, tuple[list[Any], tuple[Hashable, ...] | None]] = {}
+        # grouped: the running jobs of each group, the groups' moving parts at the last refresh, and the groups a
+        # job joined since (its key was computed then); the keys of the other groups change only with their parts
+        self._members: dict[tuple[Hashable, ...], dict[str, None]] = {}
+        self._moved: dict[tuple[Hashable, ...], list[Any]] = {}
+        self._joined: set[tuple[Hashable, ...]] = set()
 
     def drop(self, job_id: str) -> None:
         """A job stopped running."""
         if self.keys.pop(job_id, None) is not None:
             ranked = self.ranked
             del ranked[bisect.bisect_left(ranked, self._entry.pop(job_id))]
+            parts = self._parts.pop(job_id, None)
+            if parts is not None and parts[1] is not None:
+                members = self._members[parts[1]]
+                del members[job_id]
+                if not members:
+                    del self._members[parts[1]]
 
     def cache(self, job: Job, ctx: CycleContext, rank: bool = True) -> None:
         """Compute a running job's key and when it expires; with `rank` False the caller re-sorts `ranked`."""
         if rank:
             self.drop(job.id)
-        key = self.keys[job.id] = self._order_key(job, ctx)
+        parts = [p.order_key(job, ctx) for p in self._order]
+        if self._grouped:
+            group = tuple([self._order[i].key_group(job) for i in self._moving])
+            self._parts[job.id] = (parts, group)
+            self._members.setdefault(group, {})[job.id] = None
+            self._joined.add(group)
+        elif self._moving:
+            self._parts[job.id] = (parts, None)
+        key = self.keys[job.id] = tuple(parts)
         entry = self._entry[job.id] = (key, ctx.running[job.id].start_s, job.id)
         if rank:
             bisect.insort(self.ranked, entry)
@@ -234,14 +261,8 @@ class RunningKeys:
 
     def refresh(self, ctx: CycleContext) -> None:
         """Bring the cache up to `ctx`: keys of jobs started outside a cycle, expired keys, stopped jobs."""
-        if self._dynamic:
-            keys, order_key = self.keys, self._order_key
-            keys.clear()
-            entries = self._entry = {}
-            for jid, run in ctx.running.items():  # one pass: every key is asked once per cycle
-                key = keys[jid] = order_key(run.job, ctx)
-                entries[jid] = (key, run.start_s, jid)
-            self.ranked[:] = sorted(entries.values())
+        if self._moving:
+            self._refresh_moving(ctx)
             return
         if len(self.keys) != len(ctx.running):  # jobs started outside a cycle (e.g. re-adopted)
             for job_id, run in ctx.running.items():
@@ -261,6 +282,44 @@ class RunningKeys:
         if len(self.keys) > len(ctx.running):
             for job_id in [j for j in self.keys if j not in ctx.running]:
                 self.drop(job_id)
+
+    def _refresh_moving(self, ctx: CycleContext) -> None:
+        """Every running job's moving parts asked again, in one pass (grouped: once per group, and only the jobs of
+        the groups whose parts changed or that a job joined get new keys); `ranked` re-sorted from its last order
+        (keys that all move alike keep it nearly sorted)."""
+        order, moving, parts_of, keys, entries = self._order, self._moving, self._parts, self.keys, self._entry
+        running = ctx.running
+        if len(parts_of) != len(running):  # jobs started outside a cycle (e.g. re-adopted)
+            for jid, run in running.items():
+                if jid not in parts_of:
+                    self.cache(run.job, ctx)
+        changed: list[tuple[Mapping[str, Any], list[Any] | None]]  # (jobs, their new moving parts or None: ask)
+        if self._grouped:
+            by_group = {group: [order[i].order_key(running[next(iter(members))].job, ctx) for i in moving]
+                        for group, members in self._members.items()}
+            changed = [(self._members[group], now) for group, now in by_group.items()
+                       if group in self._joined or self._moved.get(group) != now]
+            self._moved = by_group
+            self._joined.clear()
+            if not changed:
+                return
+        else:
+            changed = [(parts_of, None)]
+        for members, now in changed:
+            for jid in members:
+                parts = parts_of[jid][0]
+                if now is None:
+                    job = running[jid].job
+                    for i in moving:
+                        parts[i] = order[i].order_key(job, ctx)
+                else:
+                    for i, part in zip(moving, now, strict=True):
+                        parts[i] = part
+                key = keys[jid] = tuple(parts)
+                entries[jid] = (key, entries[jid][1], jid)
+        ranked = self.ranked
+        ranked[:] = [entries[entry[2]] for entry in ranked]
+        ranked.sort()
 
     def next_expiry_s(self) -> float | None:
         """When the next cached key of a running job expires (None: never)."""

@@ -65,6 +65,7 @@ class Scheduler:
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
         self._waiting_keys = WaitingKeyExpiry(self.framework.pending_key_expires_s)
+        self._between: tuple[CycleContext, _PendingView] | None = None  # see `context`
 
     # -------------------------------------------------------------------------------------------- events
 
@@ -344,9 +345,19 @@ class Scheduler:
 
     def context(self, now_s: float) -> CycleContext:
         """The context of plugin calls between cycles (order keys at arrival, drains): without the cycle's parts
-        (order key and node mask of the profile, usage, running keys)."""
-        return CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
-                            self.prior_executed_s, self.rng, history=self.history, observations=self.observations)
+        (order key and node mask of the profile, usage, running keys). One per time and observation record, kept
+        (every arrival and requeue of a time asks for it): what it points to is the scheduler's live books, and
+        its pending view is read afresh after each call."""
+        if self._between is not None:
+            ctx, view = self._between
+            if ctx.now_s == now_s and ctx.observations is self.observations:
+                view.forget()
+                return ctx
+        view = _PendingView(self)
+        ctx = CycleContext(now_s, self.cluster, view, self.running, self.prior_attained_gpu_s, self.prior_executed_s,
+                           self.rng, history=self.history, observations=self.observations)
+        self._between = (ctx, view)
+        return ctx
 
     def _cycle_context(self, now_s: float) -> CycleContext:
         """The complete context of a cycle, over the Framework's books (which the cycle keeps up to date)."""
@@ -417,6 +428,10 @@ class _PendingView(Sequence[Job]):
 
     def __iter__(self) -> Iterator[Job]:
         return (self._s.jobs[e[2]] for e in self._s._queue.ordered())
+
+    def forget(self) -> None:
+        """Read the queue afresh at the next index (the queue may have changed since)."""
+        self._jobs = None
 
     def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
         if self._jobs is None:

@@ -43,8 +43,12 @@ class LowerOrder(Plugin):
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
-        key = ctx.order_key(job)[:depth]
         ranked = ctx.running_ranked  # ascending: jobs ordered after `key` form its tail
+        if not ranked:
+            return None
+        key = ctx.order_key(job)[:depth]
+        if ranked[-1][0][:depth] <= key:
+            return None  # no running job is ordered after it (most attempts: a waiting job of the worst level)
         first = bisect.bisect_right(ranked, key, key=lambda entry: entry[0][:depth])
         now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
         cap, evictions = self.max_evictions, self.evictions
