@@ -25,9 +25,9 @@ from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job
-from trimtab.policy import Status
 from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
+from trimtab.serve.reasons import ReasonBook
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +77,10 @@ class KubeScheduler:
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
         self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
+        # each pending job's latest reason, as `trimtab serve` keeps it: a job a cycle skipped (its shape already
+        # blocked) takes the reason of the job of its shape the cycle examined, or its own from an earlier cycle
+        self.reasons = ReasonBook(lambda job: self._shape_of(job))
+        self._shape_of: Callable[[Job], Any] = lambda job: job.id
         self._composed, self._composed_key = profile, ("", False, False)
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
@@ -138,6 +142,8 @@ class KubeScheduler:
             report.unschedulable = len(snap.pending)
             return
         scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
+        scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
+        self._shape_of = scheduler.shape
         index = scheduler.cluster.index
         holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
         for job, node, start_s in snap.holding:
@@ -150,6 +156,7 @@ class KubeScheduler:
         for job in snap.pending:
             scheduler.submit(job, now_s)
         decision = scheduler.cycle(now_s)
+        self.reasons.note(decision, scheduler.pending())
         freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
         self._evict_victims(decision.preemptions)
         acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
@@ -166,8 +173,7 @@ class KubeScheduler:
         for job in snap.pending:
             if job.id not in acted:
                 report.unschedulable += 1
-                self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
-                                                                  now_s))
+                self._report_job(snap, job, self.reasons.latest(job.id).reason)
 
     def _profile_for(self, snap: Snapshot) -> Profile:
         """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
@@ -272,28 +278,4 @@ class KubeScheduler:
         except Exception as exc:
             log.warning("%s failed: %s", getattr(call, "__name__", call), exc)
             return False
-
-
-def unschedulable_message(scheduler: Scheduler, job: Job, status: Status | None, now_s: float) -> str:
-    """Why `job` was not placed this cycle, in kube-scheduler's words where they fit ("0/N nodes are available:
-    ..."), with trimtab's own reason (the admission plugin that held it, the gang that must start whole)."""
-    cluster = scheduler.cluster
-    n = len(cluster)
-    ctx = scheduler.context(now_s)
-    matching = int(scheduler.framework.node_mask(job, ctx).sum())
-    placeable = int(np.minimum(scheduler.framework.feasible(job, ctx), job.tasks).sum())
-    what = f"{job.tasks} pods" if job.tasks > 1 else "the pod"
-    if status is not None and not status.success and status.plugin:
-        return f"trimtab: held by {status.plugin}: {status.reason}"
-    if matching == 0:
-        return (f"0/{n} nodes are available: none matches the pod's node selector, affinity, tolerations or GPU "
-                "model (trimtab)")
-    gang = f"; gang {job.id} starts only with all {job.tasks} pods placed" if job.tasks > 1 else ""
-    if placeable >= job.tasks:
-        return f"trimtab: waiting its turn under policy {scheduler.profile.name}{gang}"
-    task = job.task
-    asks = ", ".join(f"{amount}{unit}" for amount, unit in ((task.gpus, " nvidia.com/gpu"), (task.cpu_milli, "m cpu"),
-                                                             (task.mem_mib, "Mi memory")) if amount) or "nothing"
-    return (f"0/{n} nodes are available: {matching} match the pod's constraints, their free resources hold "
-            f"{placeable} of {what} asking {asks}{' each' if job.tasks > 1 else ''}{gang} (trimtab)")
 
