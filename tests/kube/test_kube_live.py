@@ -5,12 +5,16 @@ through the Eviction API, which a PodDisruptionBudget holds back."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_env import KubeEnv, run_trimtab_kube, stop_process
+from kube_env import ROOT, KubeEnv, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
 
 pytestmark = pytest.mark.kube
@@ -196,3 +200,67 @@ def test_the_standby_takes_over_when_the_leader_is_killed(kube_env: KubeEnv) -> 
 
 
 POOL_TAINT = {"key": "pool", "value": "prio", "effect": "NoSchedule"}
+
+
+def test_the_twin_replays_the_pending_work_as_trimtab_placed_it_live(kube_env: KubeEnv, tmp_path: Any) -> None:
+    """trimtab kube (scheduler name trimtab-twin, policy fifo) on two 8-GPU nodes of their own, both full with
+    pods ending in 20 s; four pending jobs behind them. `simulate --from-cluster` snapshots the cluster then and
+    replays it under fifo: the pods it starts before any of them could end are the pods trimtab bound live (fifo
+    stops at the 8-GPU pod, so the 4-GPU pod after it waits in both)."""
+    taint = {"key": "pool", "value": "twin", "effect": "NoSchedule"}
+    kube_env.add_gpu_nodes(2, prefix="twin", labels={"pool": "twin"}, taints=[taint])
+    kube_env.wait_nodes_ready(["twin-0", "twin-1"])
+    proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-twin", "--policy", "fifo", log_name="trimtab-twin")
+    pool = {"scheduler": "trimtab-twin", "nodeSelector": {"pool": "twin"},
+            "tolerations": [{**taint, "operator": "Equal"}]}
+    try:
+        for i in range(2):
+            create_pod(kube_env, gpu_pod(f"twin-run-{i}", 8, annotations={"trimtab.io/duration": "20s"}, **pool))
+        wait_for("the first wave bound", lambda: all(get_pod(kube_env, f"twin-run-{i}")["spec"].get("nodeName")
+                                                     for i in range(2)))
+        later = {"trimtab.io/duration": "5m"}
+        create_pod(kube_env, gpu_pod("twin-a", 4, annotations=later, **pool))
+        kube_env.apply(pod_group("twin-g", 2))
+        for i in range(2):
+            create_pod(kube_env, gpu_pod(f"twin-g-{i}", 4, group="twin-g", annotations=later, **pool))
+        create_pod(kube_env, gpu_pod("twin-wide", 8, annotations=later, **pool))
+        time.sleep(1.1)  # creation times have whole seconds: the same second orders pods by name
+        create_pod(kube_env, gpu_pod("twin-b", 4, annotations=later, **pool))
+        waiting = ["twin-a", "twin-g-0", "twin-g-1", "twin-wide", "twin-b"]
+        for name in waiting:
+            wait_for(f"{name} seen waiting", lambda name=name: scheduled_condition(kube_env, name))
+        for pod in kube_env.request("GET", "/api/v1/pods")["items"]:  # the twin replays every scheduler's pending
+            meta = pod["metadata"]                                    # pods: the earlier tests' would come first
+            if not pod["spec"].get("nodeName") and meta["name"] not in waiting:
+                kube_env.request("DELETE", f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+        twin = subprocess.run([sys.executable, "-m", "trimtab.cli", "simulate", "--from-cluster", "--kubeconfig",
+                               str(kube_env.kubeconfig), "--policy", "fifo", "--no-timing", "--out",
+                               str(tmp_path / "twin.json")], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+        assert twin.returncode == 0, twin.stderr
+        print(twin.stdout)
+        starts = {job["id"]: job["runs"][0] for job in json.loads((tmp_path / "twin.json").read_text())["jobs"]
+                  if job["runs"]}
+        pods_of = {f"default/{job}": [job] for job in ("twin-a", "twin-wide", "twin-b")}
+        pods_of["default/twin-g"] = ["twin-g-0", "twin-g-1"]
+        twin_placed = {f"default/{pod}" for job, pods in pods_of.items() if job in starts and starts[job]["start"] < 60
+                       for pod in pods}  # started before any of the pending work could end (5 minutes)
+
+        def live_placed() -> set[str]:
+            return {f"default/{pod}" for pod in waiting if get_pod(kube_env, pod)["spec"].get("nodeName")}
+
+        try:
+            wait_for("the pods the twin started bound live", lambda: live_placed() == twin_placed, timeout_s=60)
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}: live {sorted(live_placed())}, twin {sorted(twin_placed)}") from None
+        time.sleep(3)  # a cycle or more: nothing else is bound
+        print(f"{'pod':<12} {'live node':<10} {'twin node':<10} {'twin start_s':>12}")
+        for job, pods in pods_of.items():
+            run = starts[job]
+            for pod, node in zip(pods, [n for n, k in zip(run["nodes"], run["node_tasks"], strict=True)
+                                        for _ in range(k)], strict=True):
+                print(f"{pod:<12} {get_pod(kube_env, pod)['spec'].get('nodeName') or '-':<10} {node:<10} "
+                      f"{run['start']:>12.0f}")
+        assert live_placed() == twin_placed == {"default/twin-a", "default/twin-g-0", "default/twin-g-1"}
+    finally:
+        stop_process(proc)

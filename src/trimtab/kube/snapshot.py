@@ -69,10 +69,11 @@ def node_ready(node: Obj) -> bool:
 
 
 class SnapshotReader:
-    """Reads snapshots for scheduler `scheduler_name`. Keeps the one-pod Jobs of bound pods by uid between
+    """Reads snapshots for scheduler `scheduler_name` (None: the pending pods of every scheduler, as the twin
+    replays them). Keeps the one-pod Jobs of bound pods by uid between
     snapshots (a bound pod's requests do not change), so a snapshot reads only what is new."""
 
-    def __init__(self, scheduler_name: str) -> None:
+    def __init__(self, scheduler_name: str | None) -> None:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
@@ -111,6 +112,7 @@ class SnapshotReader:
         members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, on a Ready node?
         mine: list[Obj] = []
         seen: set[str] = set()
+        name, mine_all = self.scheduler_name, self.scheduler_name is None
         for pod in pods:
             phase = (pod.get("status") or {}).get("phase")
             node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
@@ -118,7 +120,7 @@ class SnapshotReader:
             if phase in _TERMINAL or (deleting and not node):
                 continue
             if not node:
-                if pod["spec"].get("schedulerName") == self.scheduler_name:
+                if mine_all or pod["spec"].get("schedulerName") == name:
                     mine.append(pod)
                 continue
             seen.add(pod["metadata"]["uid"])
@@ -126,7 +128,7 @@ class SnapshotReader:
             if group:
                 key = (pod["metadata"]["namespace"], group)
                 bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if pod["spec"].get("schedulerName") == self.scheduler_name and not deleting:
+                if (mine_all or pod["spec"].get("schedulerName") == name) and not deleting:
                     members.setdefault(key, []).append((pod, node in ready))
             if node in ready:
                 out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
