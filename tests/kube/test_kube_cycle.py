@@ -232,3 +232,17 @@ def test_a_volcano_podgroup_is_a_gang_too() -> None:
     sched.informers["nodes"].load([gpu_node(f"n{i}", 8) for i in range(1, 4)])
     sched.cycle(LATER_S + 1)
     assert sorted(api.bound.values()) == ["n1", "n2", "n3"]
+
+
+def test_completed_pods_outlive_the_cycle_as_the_history_policies_learn_from() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 2, node="n1", namespace="team-a")])
+    sched.cycle(LATER_S)
+    done = gpu_pod("a", 2, node="n1", namespace="team-a")
+    done["metadata"]["uid"] = sched.informers["pods"].items()[0]["metadata"]["uid"]
+    done["status"] = {"phase": "Succeeded", "startTime": "2026-12-01T10:00:00Z", "containerStatuses": [
+        {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-12-01T10:30:00Z"}}}]}
+    sched.informers["pods"].load([done, gpu_pod("b", 1)])
+    sched.cycle(LATER_S + 1)
+    sched.cycle(LATER_S + 2)  # recorded once
+    assert [(job.tenant, job.gpus, run_s) for job, run_s in sched.history] == [("team-a", 2, 1800.0)]

@@ -40,6 +40,8 @@ class Snapshot:
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
     # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
     broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
+    # pods that held capacity in the previous snapshot and have Succeeded since: (one-pod Job, run seconds)
+    completed: list[tuple[Job, float]] = field(default_factory=list)
 
 
 def pod_key(obj: Obj) -> str:
@@ -118,6 +120,8 @@ class SnapshotReader:
             node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
             if phase in _TERMINAL or (deleting and not node):
+                if phase == "Succeeded" and pod["metadata"]["uid"] in self._holding_jobs:
+                    out.completed.append((self._holding_jobs[pod["metadata"]["uid"]], _run_s(pod)))
                 continue
             if not node:
                 if mine_all or pod["spec"].get("schedulerName") == name:
@@ -214,6 +218,14 @@ class SnapshotReader:
             job = dataclasses.replace(job, submit_s=created, after=after)
             out.pending.append(job)
             out.pods_of[job.id] = members
+
+
+def _run_s(pod: Obj) -> float:
+    """How long a finished pod ran: from its start to its last container's end (now when no end is shown)."""
+    status = pod.get("status") or {}
+    ends = [epoch_s(c["state"]["terminated"].get("finishedAt")) for c in status.get("containerStatuses") or []
+            if (c.get("state") or {}).get("terminated")]
+    return max((max(ends) if ends else time.time()) - epoch_s(status.get("startTime")), 0.0)
 
 
 def _read_node(doc: Obj) -> Node | None:
