@@ -14,7 +14,7 @@ Scenarios (one JSON line per measurement on stdout, the timeline table on stderr
 
 Usage (from the project root; about 10 minutes at the defaults on 2 cores):
     .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|both]
-        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy steady]
+        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy fifo-backfill]
 The issue's full size: --nodes 1000 --pods 10000 (8,000 GPUs: 8,000 pods bind, the rest wait)."""
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.error
 import urllib.parse
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -107,6 +108,15 @@ def post(env: KubeEnv, path: str, body: dict[str, Any]) -> None:
         raise RuntimeError(f"POST {path}: {resp.status} {answer[:300]!r}")
 
 
+def delete(env: KubeEnv, name: str) -> None:
+    """Delete a pod of the default namespace; one already gone is fine."""
+    try:
+        env.request("DELETE", f"/api/v1/namespaces/default/pods/{name}")
+    except urllib.error.HTTPError as exc:
+        if exc.code != 404:
+            raise
+
+
 def pod(name: str, scheduler: str, *, group: str | None = None, duration: str | None = None) -> dict[str, Any]:
     """A one-GPU pod; `group` names its coscheduling PodGroup, `duration` makes kwok end it after that long."""
     return {"apiVersion": "v1", "kind": "Pod",
@@ -181,7 +191,7 @@ def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, members:
             if g in whole_at and now - whole_at[g] >= args.gang_run_s and g not in ended:
                 ended.add(g)  # its training is over: its pods go
                 for n in names:
-                    env.request("DELETE", f"/api/v1/namespaces/default/pods/{n}")
+                    delete(env, n)
         if now >= next_sample:
             held = {g: watch.holding(names) for g, names in members.items()}
             half_max = max(half_max, sum(1 for g, k in held.items() if 0 < k < GANG_SIZE and g not in whole_at))
@@ -228,7 +238,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", choices=("gangs", "throughput", "both"), default="both")
     parser.add_argument("--schedulers", default="trimtab,kube-scheduler")
-    parser.add_argument("--policy", default="steady", help="trimtab kube's --policy")
+    parser.add_argument("--policy", default="fifo-backfill",
+                        help="trimtab kube's --policy (under steady, qssf serves the stream of one-GPU pods first "
+                        "and the second gang waits for a gap)")
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--pods", type=int, default=2000)
