@@ -14,7 +14,7 @@ Scenarios (one JSON line per measurement on stdout, the timeline table on stderr
 
 Usage (from the project root; about 10 minutes at the defaults on 2 cores):
     .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|both]
-        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy fifo-backfill]
+        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy reserve]
 The issue's full size: --nodes 1000 --pods 10000 (8,000 GPUs: 8,000 pods bind, the rest wait)."""
 
 from __future__ import annotations
@@ -59,18 +59,40 @@ class PodWatch:
         threading.Thread(target=self._run, args=(version,), daemon=True).start()
 
     def _run(self, version: str) -> None:
-        req = urllib.request.Request(f"{self.env.server}/api/v1/pods?watch=1&resourceVersion={version}"
-                                     "&timeoutSeconds=7200", headers={"Authorization": f"Bearer {self.env.token}"})
-        with urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=7200) as stream:
-            for line in stream:
-                event = json.loads(line)
-                pod = event["object"]
-                name, now = pod["metadata"]["name"], time.monotonic()
-                with self.lock:
-                    if pod["spec"].get("nodeName") and name not in self.bound:
-                        self.bound[name] = now
-                    if event["type"] == "DELETED" or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                        self.gone.add(name)
+        """Watch from `version`; a watch the server ends resumes from the last version seen (said on stderr), one
+        it refuses as too old (an ERROR event) lists again."""
+        while True:
+            req = urllib.request.Request(f"{self.env.server}/api/v1/pods?watch=1&resourceVersion={version}"
+                                         "&allowWatchBookmarks=true&timeoutSeconds=3600",
+                                         headers={"Authorization": f"Bearer {self.env.token}"})
+            try:
+                with urllib.request.urlopen(req, context=ssl._create_unverified_context(), timeout=3600) as stream:
+                    for line in stream:
+                        event = json.loads(line)
+                        if event["type"] == "ERROR":
+                            raise RuntimeError(event["object"].get("message"))
+                        version = event["object"]["metadata"]["resourceVersion"]
+                        if event["type"] != "BOOKMARK":
+                            self._see(event["type"], event["object"])
+            except Exception as exc:  # the control plane stopping ends the script's use of it anyway
+                print(f"pod watch: {exc}; listing again", file=sys.stderr)
+                try:
+                    listed = self.env.request("GET", "/api/v1/pods")
+                except Exception:
+                    return
+                for pod in listed["items"]:
+                    self._see("MODIFIED", pod)
+                version = listed["metadata"]["resourceVersion"]
+                continue
+            print("pod watch ended by the server; resuming", file=sys.stderr)
+
+    def _see(self, kind: str, pod: dict[str, Any]) -> None:
+        name, now = pod["metadata"]["name"], time.monotonic()
+        with self.lock:
+            if pod["spec"].get("nodeName") and name not in self.bound:
+                self.bound[name] = now
+            if kind == "DELETED" or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
+                self.gone.add(name)
 
     def holding(self, names: list[str]) -> int:
         """How many of `names` are bound and not gone now."""
@@ -238,9 +260,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--scenario", choices=("gangs", "throughput", "both"), default="both")
     parser.add_argument("--schedulers", default="trimtab,kube-scheduler")
-    parser.add_argument("--policy", default="fifo-backfill",
-                        help="trimtab kube's --policy (under steady, qssf serves the stream of one-GPU pods first "
-                        "and the second gang waits for a gap)")
+    parser.add_argument("--policy", default="reserve",
+                        help="trimtab kube's --policy (reserve: a blocked gang reserves its GPUs; without a "
+                        "reservation, as in fifo-backfill or steady, the stream of one-GPU pods can keep the second "
+                        "gang waiting)")
     parser.add_argument("--nodes", type=int, default=250)
     parser.add_argument("--gpus-per-node", type=int, default=8)
     parser.add_argument("--pods", type=int, default=2000)

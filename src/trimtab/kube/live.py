@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 
 ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
 HISTORY_JOBS = 2000  # completed pods kept for the policies that learn from them (qssf's predicted run time)
-WRITERS = 8  # a cycle's API writes in flight at once (kube-scheduler binds in goroutines, not one by one)
+WRITERS = 16  # a cycle's API writes in flight at once (kube-scheduler binds in goroutines, not one by one)
 Obj = dict[str, Any]
 
 
