@@ -70,9 +70,18 @@ def test_pods_bound_by_others_take_capacity() -> None:
     pods = [gpu_pod("busy", 3, scheduler="default-scheduler", node="n1"), gpu_pod("mine", 2)]
     scheduler(api, [gpu_node("n1", 4), gpu_node("n2", 4, ready=False)], pods).cycle(1e9)
     assert api.bound == {}
-    message = api.unschedulable["default/mine"]
-    assert message.startswith("0/1 nodes are available: 1 match the pod's constraints, their free resources "
-                              "hold 0 of the pod asking 2 nvidia.com/gpu")
+    assert api.unschedulable["default/mine"] == "0/1 nodes are available: 1 have too few free GPUs."
+
+
+def test_the_reason_is_the_one_trimtab_gives_every_waiting_job() -> None:
+    """kube-scheduler's FitError shape, counted by trimtab's filters (why.fit_status): one tainted node, one
+    too small."""
+    api = FakeApi()
+    tainted = gpu_node("n2", 8)
+    tainted["spec"]["taints"] = [{"key": "pool", "value": "infra", "effect": "NoSchedule"}]
+    scheduler(api, [gpu_node("n1", 1), tainted], [gpu_pod("p", 2)]).cycle(1e9)
+    assert api.unschedulable["default/p"] == "0/2 nodes are available: 1 are tainted, 1 have too few free GPUs."
+    assert ("p", "FailedScheduling", api.unschedulable["default/p"]) in api.events
 
 
 def test_an_unschedulable_pod_is_told_why_once() -> None:
@@ -80,7 +89,7 @@ def test_an_unschedulable_pod_is_told_why_once() -> None:
     pod = gpu_pod("picky", 1, nodeSelector={"gpu-type": "v100"})
     sched = scheduler(api, [gpu_node("n1", 8, labels={"gpu-type": "a100"})], [pod])
     sched.cycle(1e9)
-    assert "none matches the pod's node selector" in api.unschedulable["default/picky"]
+    assert api.unschedulable["default/picky"] == "0/1 nodes are available: 1 do not match the node selector."
     failed = [e for e in api.events if e[1] == "FailedScheduling"]
     sched.cycle(1e9 + 1)
     assert [e for e in api.events if e[1] == "FailedScheduling"] == failed  # the same reason is not repeated
@@ -104,7 +113,7 @@ def test_a_gang_binds_whole_or_not_at_all() -> None:
     big = [gpu_pod(f"b{i}", 4, group="big") for i in range(5)]  # 20 GPUs on 16: none may be bound
     scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], big, [pod_group("big", 5)]).cycle(1e9)
     assert api.bound == {}
-    assert "gang default/big starts only with all 5 pods placed" in api.unschedulable["default/b0"]
+    assert api.unschedulable["default/b0"] == "waiting for room for the gang's 5 members: room for 4 on 2/2 nodes."
 
 
 def test_a_gang_whose_bind_fails_midway_is_rolled_back() -> None:
@@ -167,7 +176,7 @@ def test_a_resource_quota_holds_pods_beyond_it() -> None:
     sched.informers["resourcequotas"].load([quota])
     sched.cycle(1e9)
     assert api.bound == {"team-a/first": "n1"}
-    assert api.unschedulable["team-a/second"].startswith("trimtab: held by quota:")
+    assert api.unschedulable["team-a/second"] == "quota: ResourceQuota team-a/gpus: gpus would be 4 > 2"
 
 
 def test_a_higher_priority_pod_evicts_and_waits_nominated() -> None:
@@ -223,3 +232,17 @@ def test_a_volcano_podgroup_is_a_gang_too() -> None:
     sched.informers["nodes"].load([gpu_node(f"n{i}", 8) for i in range(1, 4)])
     sched.cycle(LATER_S + 1)
     assert sorted(api.bound.values()) == ["n1", "n2", "n3"]
+
+
+def test_completed_pods_outlive_the_cycle_as_the_history_policies_learn_from() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 2, node="n1", namespace="team-a")])
+    sched.cycle(LATER_S)
+    done = gpu_pod("a", 2, node="n1", namespace="team-a")
+    done["metadata"]["uid"] = sched.informers["pods"].items()[0]["metadata"]["uid"]
+    done["status"] = {"phase": "Succeeded", "startTime": "2026-12-01T10:00:00Z", "containerStatuses": [
+        {"name": "main", "state": {"terminated": {"exitCode": 0, "finishedAt": "2026-12-01T10:30:00Z"}}}]}
+    sched.informers["pods"].load([done, gpu_pod("b", 1)])
+    sched.cycle(LATER_S + 1)
+    sched.cycle(LATER_S + 2)  # recorded once
+    assert [(job.tenant, job.gpus, run_s) for job, run_s in sched.history] == [("team-a", 2, 1800.0)]

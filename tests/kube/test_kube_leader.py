@@ -50,3 +50,18 @@ def test_one_leader_and_a_takeover_after_the_lease_expires() -> None:
     assert store.lease["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # a back from a pause sees b's fresh record
 
+
+
+def test_the_client_side_rate_limit_lets_a_burst_through_then_paces_requests() -> None:
+    import time
+
+    from trimtab.kube.api import RateLimit
+
+    limit = RateLimit(qps=50, burst=5)
+    started = time.monotonic()
+    for _ in range(5):
+        limit.take()
+    assert time.monotonic() - started < 0.05  # the burst
+    for _ in range(5):
+        limit.take()
+    assert time.monotonic() - started >= 5 / 50 * 0.9  # then 50 a second

@@ -1,4 +1,5 @@
-"""The kube room's command: `trimtab kube`, the scheduler of a Kubernetes cluster's pods that name it.
+"""The kube room's command: `trimtab kube`, the scheduler of a Kubernetes cluster's pods that name it; and the
+twin's reading and table for `trimtab simulate --from-cluster`.
 
 Imports lightkube and the scheduler only when the command runs (the `kube` extra)."""
 
@@ -8,12 +9,18 @@ import logging
 import signal
 import socket
 import threading
+import time
 import uuid
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+from rich.markup import escape
+from rich.table import Table
 
-from trimtab.cli.common import errors, fail
+from trimtab.cli.common import console, errors, fail
+
+if TYPE_CHECKING:
+    from trimtab.kube.twin import ClusterTwin
 
 commands = typer.Typer()
 
@@ -32,6 +39,9 @@ def kube_cmd(
     = "kube-system",
     endpoints: Annotated[str, typer.Option(help="host:port of /healthz, /readyz and /metrics; '' for none.")]
     = "127.0.0.1:10269",
+    kube_api_qps: Annotated[float, typer.Option(help="At most this many API requests a second, as kube-scheduler's "
+                                                "flag of the name; 0: no limit.")] = 0.0,
+    kube_api_burst: Annotated[int, typer.Option(help="Requests allowed in a burst above --kube-api-qps.")] = 0,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Log every warning and API failure.")] = False,
 ) -> None:
     """Schedule the pods of a Kubernetes cluster that opt in with `schedulerName: trimtab`: bind them through
@@ -52,7 +62,7 @@ def kube_cmd(
         logging.getLogger(chatty).setLevel(logging.WARNING)
     try:
         profile = Profile.load(policy)
-        api = KubeApi.connect(kubeconfig, scheduler_name)
+        api = KubeApi.connect(kubeconfig, scheduler_name, kube_api_qps, kube_api_burst)
     except (FormatError, ValueError, OSError) as exc:
         fail(str(exc))
     except Exception as exc:  # lightkube's ConfigError: no kubeconfig and not in a pod
@@ -73,3 +83,43 @@ def kube_cmd(
             fail(f"--endpoints {endpoints}: {exc}")
     errors.print(f"trimtab kube: scheduling pods with schedulerName {scheduler_name} under policy {profile.name}")
     scheduler.run(stop, leader)
+
+
+def load_cluster_twin(kubeconfig: str | None, pod_duration_s: float) -> ClusterTwin:
+    """The twin of the cluster `kubeconfig` reaches (`simulate --from-cluster`), read now; fails with a clear
+    message when the kube extra is missing or the cluster cannot be read. The pending pods the reader refuses are
+    printed on stderr (they are not replayed)."""
+    try:
+        from trimtab.kube.api import KubeApi
+        from trimtab.kube.twin import cluster_twin, read_cluster
+    except ImportError as exc:
+        fail(f"--from-cluster needs the kube extra (pip install 'trimtab[kube]'): {exc}")
+    try:
+        objects = read_cluster(KubeApi.connect(kubeconfig, "trimtab-twin"))
+    except Exception as exc:  # no kubeconfig, the server unreachable or refusing: nothing to replay
+        fail(f"cannot read the cluster{f' of {kubeconfig}' if kubeconfig else ''}: {exc}")
+    twin = cluster_twin(objects, time.time(), pod_duration_s)
+    for pod, message in twin.not_replayed:
+        errors.print(f"[yellow]warning:[/yellow] pending pod {escape(pod)} not replayed: {escape(message)}",
+                     highlight=False, soft_wrap=True)
+    if not twin.nodes:
+        fail("the cluster has no Ready node trimtab can model: nothing to replay on")
+    return twin
+
+
+def print_twin_placements(twin: ClusterTwin, run: dict[str, Any]) -> None:
+    """Where and when the replay placed each pending job: seconds after the snapshot, the nodes of its first run
+    (a node named once per pod), and the pods it stands for; `-` for a job the replay never started."""
+    from trimtab.kube.twin import PENDING_AT_S
+
+    by_id = {job["id"]: job for job in run["jobs"]}
+    pending = len(twin.jobs) - twin.running
+    table = Table("job", "pods", "start_s", "nodes", title=f"replay of the pending work ({pending} jobs; "
+                  f"{twin.running} running pods kept on their nodes)")
+    for job in twin.jobs[twin.running:]:
+        runs = by_id[job.id]["runs"]
+        start = f"{max(runs[0]['start'] - PENDING_AT_S, 0.0):.0f}" if runs else "-"
+        nodes = ", ".join(node for node, count in zip(runs[0]["nodes"], runs[0]["node_tasks"], strict=True)
+                          for _ in range(count)) if runs else "-"
+        table.add_row(job.id, str(len(twin.pods_of.get(job.id, ()))), start, nodes)
+    console.print(table)

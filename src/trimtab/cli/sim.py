@@ -52,6 +52,12 @@ BurstOpt = Annotated[list[str] | None, typer.Option("--burst", help="Burst FACTO
 ManifestsOpt = Annotated[Path | None, typer.Option(
     "--manifests", "-m", help="Kubernetes manifests (file or folder): nodes, quotas, priorities and workloads; "
     "--cluster may add nodes.")]
+FromClusterOpt = Annotated[bool, typer.Option(
+    "--from-cluster", help="Replay a live Kubernetes cluster's pending pods (the twin: nodes, running pods kept on "
+    "their nodes, PodGroups, quotas, priority classes) under --policy.")]
+KubeconfigOpt = Annotated[str | None, typer.Option(help="Kubeconfig of --from-cluster; default: in-cluster.")]
+PodDurationOpt = Annotated[float, typer.Option(
+    "--pod-duration-s", help="Run time of a pod with no trimtab.io/duration annotation (--from-cluster).")]
 
 
 def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], list[Job]]:
@@ -141,14 +147,20 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  seed: SeedOpt = 0, out: Annotated[Path | None, typer.Option(help="Write the run as JSON.")] = None,
                  checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0, window_s: WindowOpt = 3600.0,
                  timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
-                 burst: BurstOpt = None, manifests: ManifestsOpt = None) -> None:
+                 burst: BurstOpt = None, manifests: ManifestsOpt = None, from_cluster: FromClusterOpt = False,
+                 kubeconfig: KubeconfigOpt = None, pod_duration_s: PodDurationOpt = 3600.0) -> None:
     """Replay a workload on a cluster under one policy and print the summary metrics."""
+    from trimtab.cli.kube import load_cluster_twin, print_twin_placements
     from trimtab.sim.run import SimConfig, simulate
 
+    twin = load_cluster_twin(kubeconfig, pod_duration_s) if from_cluster else None
     try:
-        nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, seed)
+        if twin is not None:
+            nodes, jobs, read = twin.nodes, twin.jobs, twin.manifests
+        else:
+            nodes, jobs, read = load_inputs_with_manifests(cluster, workload, manifests, seed)
         profile = load_profile(policy, read)
-        cluster = cluster or str(manifests)
+        cluster = cluster or str(manifests or "the live cluster")
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
                            timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
     except (ValueError, OSError) as exc:
@@ -176,6 +188,8 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
     for name, gpu_s in result.get("reservations", {}).get("unused_gpu_s", {}).items():
         table.add_row(f"reservation.{name}.unused_gpu_s", str(gpu_s))
     console.print(table)
+    if twin is not None:
+        print_twin_placements(twin, result)
     if out:
         write_json(result, out)
         console.print(f"run written to {out}")

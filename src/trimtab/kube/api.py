@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -63,26 +65,51 @@ def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class RateLimit:
+    """client-go's client-side limit as kube-scheduler's `--kube-api-qps` / `--kube-api-burst` set it: a token
+    bucket refilled at `qps` tokens a second holding at most `burst`; every request takes one, waiting for it.
+    `qps` 0: no limit. Shared by the threads of one client (informers, leader election, the cycle)."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps, self.burst = qps, max(burst, 1)
+        self._tokens, self._at = float(self.burst), time.monotonic()
+        self._lock = threading.Lock()
+
+    def take(self) -> None:
+        if self.qps <= 0:
+            return
+        with self._lock:
+            now = time.monotonic()
+            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.qps) - 1.0
+            self._at = now
+            wait_s = -self._tokens / self.qps if self._tokens < 0 else 0.0
+        if wait_s:
+            time.sleep(wait_s)
+
+
 class KubeApi:
     """One API client for one scheduler. Calls raise lightkube's ApiError (`.status.code`: 404 kind or object
     absent, 409 conflict such as a pod already bound, 410 a watch's resourceVersion too old, 429 an eviction a
     PodDisruptionBudget refuses) or httpx errors when the server cannot be reached; callers decide what each
     means to them."""
 
-    def __init__(self, client: Client, scheduler_name: str) -> None:
+    def __init__(self, client: Client, scheduler_name: str, limit: RateLimit | None = None) -> None:
         self.client = client
         self.scheduler_name = scheduler_name
+        self.limit = limit or RateLimit(0, 0)
 
     @classmethod
-    def connect(cls, kubeconfig: str | None, scheduler_name: str) -> KubeApi:
-        """From a kubeconfig file, or from the pod's service account when `kubeconfig` is None."""
+    def connect(cls, kubeconfig: str | None, scheduler_name: str, qps: float = 0, burst: int = 0) -> KubeApi:
+        """From a kubeconfig file, or from the pod's service account when `kubeconfig` is None; at most `qps`
+        requests a second in bursts of `burst` (RateLimit; 0: no limit)."""
         config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-        return cls(Client(config=config, field_manager=scheduler_name), scheduler_name)
+        return cls(Client(config=config, field_manager=scheduler_name), scheduler_name, RateLimit(qps, burst))
 
     # ------------------------------------------------------------------------------------------- reads
 
     def list(self, kind: Kind) -> tuple[list[dict[str, Any]], str]:
         """Every object of `kind` as dicts, and the collection's resourceVersion to watch from."""
+        self.limit.take()
         found = self.client.list(kind.resource, namespace=ALL_NS) if kind.namespaced \
             else self.client.list(kind.resource)
         items = [self._plain(kind, obj) for obj in found]
@@ -91,6 +118,7 @@ class KubeApi:
     def watch(self, kind: Kind, resource_version: str, timeout_s: int) -> Iterator[tuple[str, dict[str, Any]]]:
         """(event type, object) from `resource_version` on, until the server ends the watch after `timeout_s`.
         A version too old raises ApiError 410: the caller lists again."""
+        self.limit.take()
         args: dict[str, Any] = {"namespace": ALL_NS} if kind.namespaced else {}
         watch = self.client.watch(kind.resource, resource_version=resource_version, server_timeout=timeout_s,
                                   **args)
@@ -105,6 +133,7 @@ class KubeApi:
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease as a dict, or None when there is none."""
+        self.limit.take()
         try:
             return self.client.get(Lease, name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
         except ApiError as exc:
@@ -114,6 +143,7 @@ class KubeApi:
 
     def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
         """Create the Lease (`resource_version` None) or replace the version read; 409 when another wrote first."""
+        self.limit.take()
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if resource_version is None:
             self.client.create(Lease.from_dict({"metadata": meta, "spec": spec}))
@@ -125,6 +155,7 @@ class KubeApi:
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind a pod through pods/binding (the API server refuses a second binding with 409)."""
+        self.limit.take()
         binding = PodBinding(metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
                              target=ObjectReference(apiVersion="v1", kind="Node", name=node))
         # the server answers a Status, not the Binding lightkube decodes: a decoding error here means bound
@@ -133,11 +164,13 @@ class KubeApi:
 
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
+        self.limit.take()
         self.client.create(PodEviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name,
                            namespace=namespace)
 
     def mark_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """Set the pod's PodScheduled condition to False, reason Unschedulable, as kube-scheduler does."""
+        self.limit.take()
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": now_rfc3339(), "lastProbeTime": None}
         self.client.patch(PodStatus, name, {"status": {"conditions": [condition]}}, namespace=namespace,
@@ -145,11 +178,13 @@ class KubeApi:
 
     def nominate(self, namespace: str, name: str, node: str) -> None:
         """Set a preemptor's status.nominatedNodeName while its victims terminate."""
+        self.limit.take()
         self.client.patch(PodStatus, name, {"status": {"nominatedNodeName": node}}, namespace=namespace,
                           patch_type=PatchType.STRATEGIC)
 
     def record_event(self, pod: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """A core/v1 Event about `pod` (what `kubectl describe pod` lists under Events)."""
+        self.limit.take()
         meta = pod["metadata"]
         stamp = now_rfc3339()
         event = Event(

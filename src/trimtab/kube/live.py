@@ -11,7 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,13 +27,16 @@ from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job
-from trimtab.policy import Status
 from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
+from trimtab.serve.reasons import ReasonBook
 
 log = logging.getLogger(__name__)
 
 ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
+HISTORY_JOBS = 2000  # completed pods kept for the policies that learn from them (qssf's predicted run time)
+WRITERS = 16  # a cycle's API writes in flight at once (kube-scheduler binds in goroutines, not one by one)
+Obj = dict[str, Any]
 
 
 @dataclass(slots=True)
@@ -77,7 +82,14 @@ class KubeScheduler:
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
         self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
+        # each pending job's latest reason, as `trimtab serve` keeps it: a job a cycle skipped (its shape already
+        # blocked) takes the reason of the job of its shape the cycle examined, or its own from an earlier cycle
+        self.reasons = ReasonBook(lambda job: self._shape_of(job))
+        self._shape_of: Callable[[Job], Any] = lambda job: job.id
         self._composed, self._composed_key = profile, ("", False, False)
+        # what outlives a cycle's Scheduler (built afresh from each snapshot): the pods completed so far
+        self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
+        self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
@@ -117,12 +129,13 @@ class KubeScheduler:
             report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
         for job in snap.pending:
             report.pending_by_tenant[job.tenant] = report.pending_by_tenant.get(job.tenant, 0) + 1
-        for pod, message in snap.unreadable:
-            self._report(pod, message)
+        self.history.extend(snap.completed)
+        reports = list(snap.unreadable)  # (pod, why it waits) to write, as the cycle finds them
         for gang, pods in snap.broken_gangs.items():
             self._restart_gang(gang, pods)
         if snap.pending:
-            self._schedule(snap, now_s, report)
+            self._schedule(snap, now_s, report, reports)
+        self._report_all(reports)
         self.counters.cycles += 1
         report.seconds = time.perf_counter() - started
         for observe in self.cycle_observers:
@@ -131,13 +144,16 @@ class KubeScheduler:
 
     # ------------------------------------------------------------------------------------------- one cycle
 
-    def _schedule(self, snap: Snapshot, now_s: float, report: CycleReport) -> None:
+    def _schedule(self, snap: Snapshot, now_s: float, report: CycleReport, reports: list[tuple[Obj, str]]) -> None:
         if not snap.nodes:
-            for job in snap.pending:
-                self._report_job(snap, job, "0/0 nodes are available: the cluster has no Ready node")
+            reports += [(pod, "0/0 nodes are available: the cluster has no Ready node")
+                        for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
         scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
+        scheduler.history = list(self.history)
+        scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
+        self._shape_of = scheduler.shape
         index = scheduler.cluster.index
         holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
         for job, node, start_s in snap.holding:
@@ -150,24 +166,24 @@ class KubeScheduler:
         for job in snap.pending:
             scheduler.submit(job, now_s)
         decision = scheduler.cycle(now_s)
+        self.reasons.note(decision, scheduler.pending())
         freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
         self._evict_victims(decision.preemptions)
         acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
+        binds: list[tuple[Job, list[str]]] = []
         for job, alloc in decision.starts:
             nodes = [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
                      for _ in range(int(c))]
             acted.add(job.id)
             if freed_nodes.intersection(nodes):
                 self._nominate(snap, job, nodes)
-            elif self._bind_gang(snap, job, nodes, now_s):
-                report.scheduled += 1
             else:
-                report.errors += 1
+                binds.append((job, nodes))
+        self._bind_all(snap, binds, now_s, report)
         for job in snap.pending:
             if job.id not in acted:
                 report.unschedulable += 1
-                self._report_job(snap, job, unschedulable_message(scheduler, job, decision.waiting.get(job.id),
-                                                                  now_s))
+                reports += [(pod, self.reasons.latest(job.id).reason) for pod in snap.pods_of[job.id]]
 
     def _profile_for(self, snap: Snapshot) -> Profile:
         """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
@@ -183,11 +199,28 @@ class KubeScheduler:
                 log.warning("%s", warning)
         return self._composed
 
-    def _bind_gang(self, snap: Snapshot, job: Job, nodes: list[str], now_s: float) -> bool:
-        """Bind every pod of `job` to its node, in order; if one bind fails, evict those already bound (the gang
-        is tried again once they are gone). True: all bound."""
-        pods = snap.pods_of[job.id]
-        done: list[dict[str, Any]] = []
+    def _bind_all(self, snap: Snapshot, binds: list[tuple[Job, list[str]]], now_s: float,
+                  report: CycleReport) -> None:
+        """Bind a cycle's starts, WRITERS jobs at a time (each job's pods in order, all or none: `_bind_gang`);
+        the books (assumed bindings, counters) are kept here, on the cycle's thread."""
+        outcomes = self._writes.map(lambda start: self._bind_gang(snap.pods_of[start[0].id], *start), binds)
+        for (job, nodes), bound in zip(binds, outcomes, strict=True):
+            pods = snap.pods_of[job.id]
+            if not bound:
+                report.errors += 1
+                self.counters.gang_rollbacks += 1
+                continue
+            report.scheduled += 1
+            self.counters.bound += len(pods)
+            for pod, node in zip(pods, nodes, strict=True):
+                self._assumed[pod_key(pod)] = (node, now_s)
+                self._reported.pop(pod["metadata"]["uid"], None)
+
+    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str]) -> bool:
+        """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
+        evict those already bound (the gang is tried again once they are gone). True: all bound. Runs on a writer
+        thread: API calls only."""
+        done: list[Obj] = []
         for pod, node in zip(pods, nodes, strict=True):
             meta = pod["metadata"]
             try:
@@ -195,22 +228,16 @@ class KubeScheduler:
             except ApiError as exc:
                 self._roll_back(job, done, pod, exc)
                 return False
-            self._assumed[pod_key(pod)] = (node, now_s)
             done.append(pod)
-        self.counters.bound += len(done)
         for pod, node in zip(pods, nodes, strict=True):
-            self._reported.pop(pod["metadata"]["uid"], None)
-            self._try(self.api.record_event, pod, "Scheduled",
-                      f"Successfully assigned {pod_key(pod)} to {node}")
+            self._try(self.api.record_event, pod, "Scheduled", f"Successfully assigned {pod_key(pod)} to {node}")
         return True
 
-    def _roll_back(self, job: Job, done: list[dict[str, Any]], failed: dict[str, Any], exc: ApiError) -> None:
+    def _roll_back(self, job: Job, done: list[Obj], failed: Obj, exc: ApiError) -> None:
         why = f"binding {pod_key(failed)} failed ({exc.status.code}: {exc.status.message})"
         log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
-        self.counters.gang_rollbacks += 1
         for pod in done:
             self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self._assumed.pop(pod_key(pod), None)
             self._try(self.api.record_event, pod, "FailedScheduling",
                       f"trimtab: gang {job.id} rolled back: {why}", True)
 
@@ -240,20 +267,22 @@ class KubeScheduler:
 
     # ------------------------------------------------------------------------------------------- reports
 
-    def _report_job(self, snap: Snapshot, job: Job, message: str) -> None:
-        for pod in snap.pods_of[job.id]:
-            self._report(pod, message)
+    def _report_all(self, reports: list[tuple[Obj, str]]) -> None:
+        """PodScheduled=False / Unschedulable with each message, and a FailedScheduling Event, once per message
+        (a pod whose message has not changed is not written again); WRITERS pods at a time."""
+        todo = [(pod, message) for pod, message in reports if self._reported.get(pod["metadata"]["uid"]) != message]
+        for (pod, message), written in zip(todo, self._writes.map(lambda t: self._write_report(*t), todo),
+                                           strict=True):
+            if written:
+                self._reported[pod["metadata"]["uid"]] = message
+                self.counters.unschedulable += 1
 
-    def _report(self, pod: dict[str, Any], message: str) -> None:
-        """PodScheduled=False / Unschedulable with `message`, and a FailedScheduling Event, once per message."""
-        uid = pod["metadata"]["uid"]
-        if self._reported.get(uid) == message:
-            return
+    def _write_report(self, pod: Obj, message: str) -> bool:
         meta = pod["metadata"]
-        if self._try(self.api.mark_unschedulable, meta["namespace"], meta["name"], message):
-            self._reported[uid] = message
-            self.counters.unschedulable += 1
-            self._try(self.api.record_event, pod, "FailedScheduling", message, True)
+        if not self._try(self.api.mark_unschedulable, meta["namespace"], meta["name"], message):
+            return False
+        self._try(self.api.record_event, pod, "FailedScheduling", message, True)
+        return True
 
     def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
         """Forget assumed bindings the informer now shows (or that are too old), and reported messages of pods
@@ -272,28 +301,4 @@ class KubeScheduler:
         except Exception as exc:
             log.warning("%s failed: %s", getattr(call, "__name__", call), exc)
             return False
-
-
-def unschedulable_message(scheduler: Scheduler, job: Job, status: Status | None, now_s: float) -> str:
-    """Why `job` was not placed this cycle, in kube-scheduler's words where they fit ("0/N nodes are available:
-    ..."), with trimtab's own reason (the admission plugin that held it, the gang that must start whole)."""
-    cluster = scheduler.cluster
-    n = len(cluster)
-    ctx = scheduler.context(now_s)
-    matching = int(scheduler.framework.node_mask(job, ctx).sum())
-    placeable = int(np.minimum(scheduler.framework.feasible(job, ctx), job.tasks).sum())
-    what = f"{job.tasks} pods" if job.tasks > 1 else "the pod"
-    if status is not None and not status.success and status.plugin:
-        return f"trimtab: held by {status.plugin}: {status.reason}"
-    if matching == 0:
-        return (f"0/{n} nodes are available: none matches the pod's node selector, affinity, tolerations or GPU "
-                "model (trimtab)")
-    gang = f"; gang {job.id} starts only with all {job.tasks} pods placed" if job.tasks > 1 else ""
-    if placeable >= job.tasks:
-        return f"trimtab: waiting its turn under policy {scheduler.profile.name}{gang}"
-    task = job.task
-    asks = ", ".join(f"{amount}{unit}" for amount, unit in ((task.gpus, " nvidia.com/gpu"), (task.cpu_milli, "m cpu"),
-                                                             (task.mem_mib, "Mi memory")) if amount) or "nothing"
-    return (f"0/{n} nodes are available: {matching} match the pod's constraints, their free resources hold "
-            f"{placeable} of {what} asking {asks}{' each' if job.tasks > 1 else ''}{gang} (trimtab)")
 

@@ -40,6 +40,8 @@ class Snapshot:
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
     # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
     broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
+    # pods that held capacity in the previous snapshot and have Succeeded since: (one-pod Job, run seconds)
+    completed: list[tuple[Job, float]] = field(default_factory=list)
 
 
 def pod_key(obj: Obj) -> str:
@@ -69,10 +71,11 @@ def node_ready(node: Obj) -> bool:
 
 
 class SnapshotReader:
-    """Reads snapshots for scheduler `scheduler_name`. Keeps the one-pod Jobs of bound pods by uid between
+    """Reads snapshots for scheduler `scheduler_name` (None: the pending pods of every scheduler, as the twin
+    replays them). Keeps the one-pod Jobs of bound pods by uid between
     snapshots (a bound pod's requests do not change), so a snapshot reads only what is new."""
 
-    def __init__(self, scheduler_name: str) -> None:
+    def __init__(self, scheduler_name: str | None) -> None:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
@@ -111,14 +114,17 @@ class SnapshotReader:
         members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, on a Ready node?
         mine: list[Obj] = []
         seen: set[str] = set()
+        name, mine_all = self.scheduler_name, self.scheduler_name is None
         for pod in pods:
             phase = (pod.get("status") or {}).get("phase")
             node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
             deleting = bool(pod["metadata"].get("deletionTimestamp"))
             if phase in _TERMINAL or (deleting and not node):
+                if phase == "Succeeded" and pod["metadata"]["uid"] in self._holding_jobs:
+                    out.completed.append((self._holding_jobs[pod["metadata"]["uid"]], _run_s(pod)))
                 continue
             if not node:
-                if pod["spec"].get("schedulerName") == self.scheduler_name:
+                if mine_all or pod["spec"].get("schedulerName") == name:
                     mine.append(pod)
                 continue
             seen.add(pod["metadata"]["uid"])
@@ -126,7 +132,7 @@ class SnapshotReader:
             if group:
                 key = (pod["metadata"]["namespace"], group)
                 bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if pod["spec"].get("schedulerName") == self.scheduler_name and not deleting:
+                if (mine_all or pod["spec"].get("schedulerName") == name) and not deleting:
                     members.setdefault(key, []).append((pod, node in ready))
             if node in ready:
                 out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
@@ -212,6 +218,14 @@ class SnapshotReader:
             job = dataclasses.replace(job, submit_s=created, after=after)
             out.pending.append(job)
             out.pods_of[job.id] = members
+
+
+def _run_s(pod: Obj) -> float:
+    """How long a finished pod ran: from its start to its last container's end (now when no end is shown)."""
+    status = pod.get("status") or {}
+    ends = [epoch_s(c["state"]["terminated"].get("finishedAt")) for c in status.get("containerStatuses") or []
+            if (c.get("state") or {}).get("terminated")]
+    return max((max(ends) if ends else time.time()) - epoch_s(status.get("startTime")), 0.0)
 
 
 def _read_node(doc: Obj) -> Node | None:
