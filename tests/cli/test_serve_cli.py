@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 from click.testing import Result
-from serve_helpers import Server
+from serve_helpers import Server, trimtab
 
 CLUSTER = "1x1:h100-80gb"
 
@@ -31,15 +31,6 @@ def admin(server: Server) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
 
-
-def trimtab(server: Server, *args: str) -> Result:
-    """The CLI in-process (Typer's runner), over real HTTP to `server` with its admin token."""
-    from typer.testing import CliRunner
-
-    from trimtab.cli import app
-
-    env = {"TRIMTAB_SERVER": server.url, "TRIMTAB_TOKEN": server.admin_token, "HOME": str(server.data_dir.parent)}
-    return CliRunner().invoke(app, list(args), env=env)
 
 
 def submitted(result: Result) -> int:

@@ -13,9 +13,12 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from click.testing import Result
 
 SRC = Path(__file__).resolve().parents[2] / "src"
 
@@ -191,3 +194,13 @@ def submit_mix(client: httpx.Client, out_dir: Path, count: int, seed: int, sleep
         assert r.status_code == 201, r.text
         ids.append(r.json()["id"])
     return ids
+
+
+def trimtab(server: Server, *args: str) -> Result:
+    """The CLI in-process (Typer's runner), over real HTTP to `server` with its admin token."""
+    from typer.testing import CliRunner
+
+    from trimtab.cli import app
+
+    env = {"TRIMTAB_SERVER": server.url, "TRIMTAB_TOKEN": server.admin_token, "HOME": str(server.data_dir.parent)}
+    return CliRunner().invoke(app, list(args), env=env)

@@ -11,8 +11,7 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from click.testing import Result
-from serve_helpers import Server
+from serve_helpers import Server, trimtab
 
 CLUSTER = """nodes:
   - {name: big, gpus: 4}
@@ -35,14 +34,6 @@ def admin(server: Server) -> Iterator[httpx.Client]:
     with server.client() as client:
         yield client
 
-
-def trimtab(server: Server, *args: str) -> Result:
-    from typer.testing import CliRunner
-
-    from trimtab.cli import app
-
-    env = {"TRIMTAB_SERVER": server.url, "TRIMTAB_TOKEN": server.admin_token, "HOME": str(server.data_dir.parent)}
-    return CliRunner().invoke(app, list(args), env=env)
 
 
 def submit(admin: httpx.Client, gpus: int, tasks: int = 1, **spec: object) -> int:
