@@ -8,12 +8,13 @@ from typing import Any
 _uids = itertools.count(1)
 
 
-def gpu_node(name: str, gpus: int = 8, *, ready: bool = True, labels: dict[str, str] | None = None) -> dict[str, Any]:
+def gpu_node(name: str, gpus: int = 8, *, ready: bool = True, labels: dict[str, str] | None = None,
+             taints: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
     return {"apiVersion": "v1", "kind": "Node",
             "metadata": {"name": name, "uid": f"node-{name}", "labels": {"kubernetes.io/hostname": name,
                                                                          **(labels or {})}},
-            "spec": {"podCIDR": "10.0.0.0/24"},
+            "spec": {"podCIDR": "10.0.0.0/24", **({"taints": taints} if taints else {})},
             "status": {"capacity": capacity, "allocatable": capacity,
                        "conditions": [{"type": "Ready", "status": "True" if ready else "Unknown"}]}}
 
@@ -30,8 +31,9 @@ def gpu_pod(name: str, gpus: int = 1, *, namespace: str = "default", scheduler: 
                          "annotations": annotations or {}, "creationTimestamp": created, "resourceVersion": "1"},
             "spec": {"containers": [container], "schedulerName": scheduler, "restartPolicy": "Never",
                      "dnsPolicy": "ClusterFirst", "priority": 0, "enableServiceLinks": True,
-                     "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
-                                      "effect": "NoExecute", "tolerationSeconds": 300}],
+                     "tolerations": [{"key": f"node.kubernetes.io/{key}", "operator": "Exists",  # as admitted
+                                      "effect": "NoExecute", "tolerationSeconds": 300}  # with DefaultTolerationSeconds
+                                     for key in ("not-ready", "unreachable")],
                      **({"nodeName": node} if node else {}), **spec},
             "status": {"phase": "Running" if node else "Pending", "startTime": created if node else None}}
 

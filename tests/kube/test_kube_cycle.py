@@ -196,14 +196,34 @@ def test_a_higher_priority_pod_evicts_and_waits_nominated() -> None:
     assert "default/high" not in api.unschedulable
 
 
-def test_a_gang_that_loses_a_member_with_its_node_is_restarted_whole() -> None:
+def test_a_gang_member_on_a_node_gone_unreachable_is_lost_once_its_toleration_runs_out() -> None:
+    """Kubernetes's taint-based eviction: the node lifecycle controller taints an unreachable node NoExecute, and
+    a pod admitted with DefaultTolerationSeconds stays bound for 300 s. The gang is restarted whole when its member
+    is lost then, not at the first missed heartbeat."""
     api = FakeApi()
     pods = [gpu_pod("w0", 4, group="train", node="n1"), gpu_pod("w1", 4, group="train", node="n2"),
             gpu_pod("other", 4, node="n1")]
-    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8, ready=False)], pods, [pod_group("train", 2)])
-    sched.cycle(LATER_S)
+    unreachable = {"key": "node.kubernetes.io/unreachable", "effect": "NoExecute", "timeAdded": "2026-12-01T11:00:00Z"}
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8, ready=False, taints=[unreachable])], pods,
+                      [pod_group("train", 2)])
+    sched.cycle(LATER_S + 299)
+    assert api.evicted == []
+    sched.cycle(LATER_S + 300)
     assert sorted(api.evicted) == ["default/w0", "default/w1"]
     assert any(e[1] == "GangRestarted" for e in api.events)
+
+
+@pytest.mark.parametrize("nodes", [
+    pytest.param([gpu_node("n1", 8)], id="node deleted"),
+    pytest.param([gpu_node("n1", 8), gpu_node("n2", 8, taints=[{"key": "maintenance", "effect": "NoExecute"}])],
+                 id="a NoExecute taint the member does not tolerate"),
+])
+def test_a_gang_member_lost_at_once_restarts_the_gang(nodes: list[dict[str, Any]]) -> None:
+    api = FakeApi()
+    pods = [gpu_pod("w0", 4, group="train", node="n1"), gpu_pod("w1", 4, group="train", node="n2")]
+    sched = scheduler(api, nodes, pods, [pod_group("train", 2)])
+    sched.cycle(LATER_S)
+    assert sorted(api.evicted) == ["default/w0", "default/w1"]
 
 
 def test_a_terminating_victim_is_not_evicted_again_and_still_holds_its_gpus() -> None:

@@ -123,7 +123,7 @@ class KubeScheduler:
         self._expire_assumed(items["pods"], now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
-                                {k: node for k, (node, _) in self._assumed.items()})
+                                {k: node for k, (node, _) in self._assumed.items()}, now_s)
         report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
         for job, node, _ in snap.holding:
             report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus

@@ -38,7 +38,8 @@ class Snapshot:
     unreadable: list[tuple[Obj, str]] = field(default_factory=list)
     quotas: list[Quota] = field(default_factory=list)
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
-    # PodGroups of this scheduler with a member on a node no longer Ready: every live member, to restart whole
+    # PodGroups of this scheduler with a member lost with its node (`member_lost`): every live member, to restart
+    # whole
     broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
     # pods that held capacity in the previous snapshot and have Succeeded since: (one-pod Job, run seconds)
     completed: list[tuple[Job, float]] = field(default_factory=list)
@@ -65,6 +66,35 @@ def pod_group(pod: Obj) -> str | None:
     return (meta.get("annotations") or {}).get(VOLCANO_GROUP) or (meta.get("labels") or {}).get(COSCHED_GROUP)
 
 
+def member_lost(pod: Obj, node: Obj | None, now_s: float) -> bool:
+    """Whether a bound pod is lost with its node, as Kubernetes's taint-based eviction decides it: the node is
+    gone, or it carries a NoExecute taint (the node lifecycle controller's `node.kubernetes.io/not-ready` and
+    `unreachable` among them) that the pod does not tolerate, or the least `tolerationSeconds` of the tolerations
+    it uses has run out since the first such taint's `timeAdded` (tolerations without seconds tolerate for ever).
+    Pods admitted with DefaultTolerationSeconds tolerate both node taints for 300 s, so a node that flaps back to
+    Ready within that time costs no gang its run."""
+    if node is None:
+        return True
+    taints = [t for t in (node.get("spec") or {}).get("taints") or [] if t.get("effect") == "NoExecute"]
+    seconds: list[int] = []
+    for taint in taints:
+        used = [t for t in pod["spec"].get("tolerations") or [] if _tolerates(t, taint)]
+        if not used:
+            return True
+        seconds += [int(t["tolerationSeconds"]) for t in used if t.get("tolerationSeconds") is not None]
+    if not seconds:
+        return False
+    return now_s >= min(epoch_s(t.get("timeAdded")) for t in taints) + max(0, min(seconds))
+
+
+def _tolerates(toleration: Obj, taint: Obj) -> bool:
+    if toleration.get("effect") not in (None, "", taint.get("effect")):
+        return False
+    if toleration.get("operator") == "Exists":
+        return not toleration.get("key") or toleration.get("key") == taint.get("key")
+    return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
+
+
 def node_ready(node: Obj) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -84,8 +114,9 @@ class SnapshotReader:
         self._node_reads: dict[tuple[str, str, str], Node | None] = {}  # the same, of Ready nodes
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
-             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str]) -> Snapshot:
-        """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet."""
+             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float) -> Snapshot:
+        """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet;
+        `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now."""
         out = Snapshot()
         for doc in quotas:
             try:
@@ -93,25 +124,26 @@ class SnapshotReader:
             except FormatError:
                 continue  # a quota on resources trimtab does not model holds nothing it schedules
         node_cache, self._node_reads = self._node_reads, {}
-        for doc in sorted(nodes, key=lambda n: n["metadata"]["name"]):
+        nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
+        for doc in nodes:
             if node_ready(doc):
                 key = _version(doc)
                 node = node_cache[key] if key in node_cache else _read_node(doc)
                 self._node_reads[key] = node
                 if node is not None:
                     out.nodes.append(node)
-        mine, bound_in_group = self._read_bound(out, pods, assumed)
+        mine, bound_in_group = self._read_bound(out, pods, assumed, {n["metadata"]["name"]: n for n in nodes}, now_s)
         self._read_pending(out, mine, list(groups), self._classes(classes),
                            {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
         return out
 
-    def _read_bound(self, out: Snapshot, pods: Iterable[Obj], assumed: Mapping[str, str],
-                    ) -> tuple[list[Obj], dict[tuple[str, str], int]]:
+    def _read_bound(self, out: Snapshot, pods: Iterable[Obj], assumed: Mapping[str, str], node_docs: Mapping[str, Obj],
+                    now_s: float) -> tuple[list[Obj], dict[tuple[str, str], int]]:
         """Fills `out.holding` and `out.broken_gangs`; returns this scheduler's pending pods and the bound members
         of each PodGroup (namespace, name)."""
         ready = {n.name for n in out.nodes}
         bound_in_group: dict[tuple[str, str], int] = {}
-        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, on a Ready node?
+        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, lost with their node?
         mine: list[Obj] = []
         seen: set[str] = set()
         name, mine_all = self.scheduler_name, self.scheduler_name is None
@@ -133,12 +165,12 @@ class SnapshotReader:
                 key = (pod["metadata"]["namespace"], group)
                 bound_in_group[key] = bound_in_group.get(key, 0) + 1
                 if (mine_all or pod["spec"].get("schedulerName") == name) and not deleting:
-                    members.setdefault(key, []).append((pod, node in ready))
+                    members.setdefault(key, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
             if node in ready:
                 out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
         for (ns, group), live in members.items():
-            if not all(on_ready for _, on_ready in live):
+            if any(lost for _, lost in live):
                 out.broken_gangs[f"{ns}/{group}"] = [pod for pod, _ in live]
         return mine, bound_in_group
 
