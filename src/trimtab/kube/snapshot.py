@@ -10,6 +10,7 @@ from __future__ import annotations
 import calendar
 import dataclasses
 import functools
+import math
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -87,6 +88,20 @@ def member_lost(pod: Obj, node: Obj | None, now_s: float) -> bool:
     return now_s >= min(epoch_s(t.get("timeAdded")) for t in taints) + max(0, min(seconds))
 
 
+def _members_to_restart(bound: list[tuple[Obj, bool]]) -> list[Obj]:
+    """The members of one gang to evict, given its bound members and whether each is lost with its node: every
+    member not already terminating that ran beside a lost one. A lost member the taint eviction controller (or
+    anyone) is already deleting still breaks the run it belonged to, the members created before its deletion;
+    members created since are the gang's next run, beside the old run's pods that linger on the dead node."""
+    lost_at = [math.inf if not pod["metadata"].get("deletionTimestamp")
+               else epoch_s(pod["metadata"]["deletionTimestamp"]) for pod, lost in bound if lost]
+    if not lost_at:
+        return []
+    cutoff_s = max(lost_at)
+    return [pod for pod, _ in bound if not pod["metadata"].get("deletionTimestamp")
+            and epoch_s(pod["metadata"].get("creationTimestamp")) < cutoff_s]
+
+
 def _tolerates(toleration: Obj, taint: Obj) -> bool:
     if toleration.get("effect") not in (None, "", taint.get("effect")):
         return False
@@ -143,7 +158,7 @@ class SnapshotReader:
         of each PodGroup (namespace, name)."""
         ready = {n.name for n in out.nodes}
         bound_in_group: dict[tuple[str, str], int] = {}
-        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, lost with their node?
+        members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' bound members, lost with their node?
         mine: list[Obj] = []
         seen: set[str] = set()
         name, mine_all = self.scheduler_name, self.scheduler_name is None
@@ -163,15 +178,17 @@ class SnapshotReader:
             group = pod_group(pod)
             if group:
                 key = (pod["metadata"]["namespace"], group)
-                bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if (mine_all or pod["spec"].get("schedulerName") == name) and not deleting:
+                if not deleting:  # a member on its way out (a restarted gang's, on a dead node) is not a member
+                    bound_in_group[key] = bound_in_group.get(key, 0) + 1
+                if mine_all or pod["spec"].get("schedulerName") == name:
                     members.setdefault(key, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
             if node in ready:
                 out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
-        for (ns, group), live in members.items():
-            if any(lost for _, lost in live):
-                out.broken_gangs[f"{ns}/{group}"] = [pod for pod, _ in live]
+        for (ns, group), bound in members.items():
+            restart = _members_to_restart(bound)
+            if restart:
+                out.broken_gangs[f"{ns}/{group}"] = restart
         return mine, bound_in_group
 
     def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
