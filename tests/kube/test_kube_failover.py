@@ -107,7 +107,7 @@ def leading(env: KubeEnv, logs: list[str]) -> str | None:
 @pytest.mark.slow
 def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) -> None:
     """Two replicas (scheduler name trimtab-burst) on eight 64-GPU nodes; 50 gangs of 10 one-GPU pods created one
-    after another; the leader SIGKILLed once 50 pods are bound, while the gangs are still being created. The
+    after another; the leader SIGKILLed once 100 pods are bound, while the gangs are still being created. The
     standby takes the Lease within the lease duration (plus its retry period) and binds the rest: every pod bound
     once (its node never changes, at most one Scheduled Event each, the same pod throughout), every gang whole."""
     taint, spec = pool("burst")
@@ -120,7 +120,7 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
     creator_done = threading.Event()
 
     def create_gangs() -> None:
-        with ThreadPoolExecutor(4) as pool_:
+        with ThreadPoolExecutor(8) as pool_:
             for g in range(GANGS):
                 kube_env.apply(pod_group(f"burst-{g}", MEMBERS))
                 names = [f"burst-{g}-{i}" for i in range(MEMBERS)]
@@ -140,19 +140,24 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
                 assert seen == (pod["metadata"]["uid"], node), f"{name} moved: {seen} -> {node}"
         return len(first_node)
 
+    def bound_per_gang() -> dict[str, int]:
+        return {f"burst-{g}": sum(1 for i in range(MEMBERS) if f"burst-{g}-{i}" in first_node) for g in range(GANGS)}
+
     with log_tails_on_failure(kube_env, *logs):
         try:
             leader = int(wait_for("a leader", lambda: leading(kube_env, logs))[-1])
             creator = threading.Thread(target=create_gangs, daemon=True)
             creator.start()
-            wait_for("50 pods bound by the leader", lambda: observe() >= 50, timeout_s=120)
+            wait_for("100 pods bound by the leader", lambda: observe() >= 100, timeout_s=120)
             replicas[leader].kill()  # SIGKILL: the Lease is left to expire
             killed_at, created_at_kill, bound_at_kill = time.monotonic(), len(created), len(first_node)
+            half_bound_at_kill = sum(0 < n < MEMBERS for n in bound_per_gang().values())
             standby = logs[1 - leader]
             wait_for("the standby leading", lambda: leading(kube_env, [standby]),
                      timeout_s=LEASE_S + RETRY_S + 30)
             takeover_s = time.monotonic() - killed_at
             wait_for("every pod created", creator_done.is_set, timeout_s=180)
+            created_s = time.monotonic() - killed_at
             wait_for("every pod bound", lambda: observe() == GANGS * MEMBERS, timeout_s=240)
             all_bound_s = time.monotonic() - killed_at
             scheduled: dict[str, int] = {}
@@ -161,16 +166,15 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
                 if name.startswith("burst-"):
                     scheduled[name] = scheduled.get(name, 0) + 1
             print(f"leader burst-{leader} SIGKILLed with {created_at_kill}/{GANGS * MEMBERS} pods created and "
-                  f"{bound_at_kill} bound; the standby led {takeover_s:.1f} s later (lease {LEASE_S:.0f} s, retry "
-                  f"{RETRY_S:.0f} s); all {GANGS * MEMBERS} bound {all_bound_s:.1f} s after the kill; "
+                  f"{bound_at_kill} bound ({half_bound_at_kill} gangs half-bound); the standby led "
+                  f"{takeover_s:.1f} s later (lease {LEASE_S:.0f} s, retry {RETRY_S:.0f} s); the last pod created "
+                  f"{created_s:.1f} s and all {GANGS * MEMBERS} bound {all_bound_s:.1f} s after the kill; "
                   f"{GANGS * MEMBERS - len(scheduled)} bound without a Scheduled Event (the kill came between "
                   "their binding and its Event)")
             assert created_at_kill < GANGS * MEMBERS, "the leader was killed after the burst, not during it"
             assert takeover_s < LEASE_S + RETRY_S + 5  # and a few seconds for a loaded machine's log and polls
             assert max(scheduled.values()) == 1, {p: n for p, n in scheduled.items() if n > 1}
-            gangs = {f"burst-{g}": sum(1 for i in range(MEMBERS) if f"burst-{g}-{i}" in first_node)
-                     for g in range(GANGS)}
-            assert set(gangs.values()) == {MEMBERS}
+            assert set(bound_per_gang().values()) == {MEMBERS}
         finally:
             for proc in replicas:
                 stop_process(proc)
