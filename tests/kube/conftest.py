@@ -1,5 +1,6 @@
 """Fixtures of the kube tests that need a real control plane: the environment (skipped, saying why, when the
-binaries are not built) and a `trimtab kube` process scheduling for it."""
+binaries are not built) and a `trimtab kube` process scheduling for it; and, when such a test fails, the tails of
+the `trimtab kube` logs it wrote, in the failure's report."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import pytest
 import yaml
 from kube_env import ROOT, KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
 
+LOG_TAIL_LINES = 40
 GPU_NODES = 3  # kwok nodes of 8 GPUs; v100 on gpu-0, a100 on the others
 
 
@@ -41,3 +43,18 @@ def trimtab_kube(kube_env: KubeEnv) -> Iterator[subprocess.Popen[bytes]]:
     proc = run_trimtab_kube(kube_env)
     yield proc
     stop_process(proc)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test that used the control plane gets the last lines of every `trimtab kube` log (trimtab*.log
+    in the environment's folder) written while it ran, as sections of its report: what trimtab saw and did."""
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    env = getattr(item, "funcargs", {}).get("kube_env")
+    if report.when != "call" or not report.failed or not isinstance(env, KubeEnv):
+        return
+    for log in sorted(env.dir.glob("trimtab*.log")):
+        if log.stat().st_mtime >= call.start:
+            tail = log.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
+            report.sections.append((f"{log.name} (last {LOG_TAIL_LINES} lines)", "\n".join(tail)))

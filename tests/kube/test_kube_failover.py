@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kube_env import KWOK_NODE, KubeEnv, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
-from test_kube_live import create_pod, get_pod, log_tails_on_failure, wait_for
+from test_kube_live import create_pod, get_pod, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -51,44 +51,43 @@ def test_a_node_that_goes_not_ready_fails_its_gang_over(kube_env: KubeEnv) -> No
     spec["tolerations"] += five_s
     proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-nf", "--policy", "fifo", log_name="trimtab-nf")
     first = [f"nf-train-{i}" for i in range(4)]
-    with log_tails_on_failure(kube_env, "trimtab-nf", "kwok"):
-        try:
-            kube_env.apply(pod_group("nf-train", 4))
-            for name in first:
-                create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
-            placed = wait_for("the gang bound", lambda: all(n := {p: get_pod(kube_env, p)["spec"].get("nodeName")
-                                                                  for p in first}.values()) and n, timeout_s=60)
-            dead = get_pod(kube_env, first[0])["spec"]["nodeName"]
-            stopped_at = time.monotonic()
-            kube_env.request("PATCH", f"/api/v1/nodes/{dead}",
-                             {"metadata": {"annotations": {key: None for key in KWOK_NODE}}},
-                             content_type="application/merge-patch+json")  # kwok stops renewing its Lease
-            wait_for(f"{dead} NotReady", lambda: node_condition(kube_env, dead) != "True", timeout_s=120)
-            not_ready_s = time.monotonic() - stopped_at
-            node_taints = kube_env.request("GET", f"/api/v1/nodes/{dead}")["spec"].get("taints") or []
-            live_members = {p for p in first if get_pod(kube_env, p)["spec"]["nodeName"] != dead}
-            restarted = wait_for("GangRestarted Events for the members on live nodes", lambda: (
-                r := [e for e in events(kube_env, "GangRestarted") if e["involvedObject"]["name"] in first])
-                and {e["involvedObject"]["name"] for e in r} >= live_members and r, timeout_s=60)
-            restarted_s = time.monotonic() - stopped_at
-            for name in first:  # every member evicted: gone, or terminating on the dead node (no kubelet ends it)
-                wait_for(f"{name} evicted", lambda name=name: (p := get_pod_or_none(kube_env, name)) is None
-                         or p["metadata"].get("deletionTimestamp"))
-            second = [f"nf-train-r{i}" for i in range(4)]
-            for name in second:
-                create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
-            again = wait_for("the recreated gang bound whole", lambda: all(n := [
-                get_pod(kube_env, p)["spec"].get("nodeName") for p in second]) and n, timeout_s=60)
-            rebound_s = time.monotonic() - stopped_at
-            print(f"heartbeat stopped on {dead}: NotReady after {not_ready_s:.0f} s, taints "
-                  f"{sorted(t['key'] for t in node_taints)}; gang restarted after {restarted_s:.0f} s "
-                  f"({len(restarted)} GangRestarted Events); recreated gang bound after {rebound_s:.0f} s")
-            print(f"first run on {sorted(placed)}, second on {sorted(again)}")
-            assert dead not in again
-            assert sorted(again) == sorted(n for n in names if n != dead for _ in range(2))
-            assert all("lost a member with its node" in e["message"] for e in restarted)
-        finally:
-            stop_process(proc)
+    try:
+        kube_env.apply(pod_group("nf-train", 4))
+        for name in first:
+            create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
+        placed = wait_for("the gang bound", lambda: all(n := {p: get_pod(kube_env, p)["spec"].get("nodeName")
+                                                              for p in first}.values()) and n, timeout_s=60)
+        dead = get_pod(kube_env, first[0])["spec"]["nodeName"]
+        stopped_at = time.monotonic()
+        kube_env.request("PATCH", f"/api/v1/nodes/{dead}",
+                         {"metadata": {"annotations": {key: None for key in KWOK_NODE}}},
+                         content_type="application/merge-patch+json")  # kwok stops renewing its Lease
+        wait_for(f"{dead} NotReady", lambda: node_condition(kube_env, dead) != "True", timeout_s=120)
+        not_ready_s = time.monotonic() - stopped_at
+        node_taints = kube_env.request("GET", f"/api/v1/nodes/{dead}")["spec"].get("taints") or []
+        live_members = {p for p in first if get_pod(kube_env, p)["spec"]["nodeName"] != dead}
+        restarted = wait_for("GangRestarted Events for the members on live nodes", lambda: (
+            r := [e for e in events(kube_env, "GangRestarted") if e["involvedObject"]["name"] in first])
+            and {e["involvedObject"]["name"] for e in r} >= live_members and r, timeout_s=60)
+        restarted_s = time.monotonic() - stopped_at
+        for name in first:  # every member evicted: gone, or terminating on the dead node (no kubelet ends it)
+            wait_for(f"{name} evicted", lambda name=name: (p := get_pod_or_none(kube_env, name)) is None
+                     or p["metadata"].get("deletionTimestamp"))
+        second = [f"nf-train-r{i}" for i in range(4)]
+        for name in second:
+            create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
+        again = wait_for("the recreated gang bound whole", lambda: all(n := [
+            get_pod(kube_env, p)["spec"].get("nodeName") for p in second]) and n, timeout_s=60)
+        rebound_s = time.monotonic() - stopped_at
+        print(f"heartbeat stopped on {dead}: NotReady after {not_ready_s:.0f} s, taints "
+              f"{sorted(t['key'] for t in node_taints)}; gang restarted after {restarted_s:.0f} s "
+              f"({len(restarted)} GangRestarted Events); recreated gang bound after {rebound_s:.0f} s")
+        print(f"first run on {sorted(placed)}, second on {sorted(again)}")
+        assert dead not in again
+        assert sorted(again) == sorted(n for n in names if n != dead for _ in range(2))
+        assert all("lost a member with its node" in e["message"] for e in restarted)
+    finally:
+        stop_process(proc)
 
 
 def get_pod_or_none(env: KubeEnv, name: str) -> dict[str, Any] | None:
@@ -143,38 +142,37 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
     def bound_per_gang() -> dict[str, int]:
         return {f"burst-{g}": sum(1 for i in range(MEMBERS) if f"burst-{g}-{i}" in first_node) for g in range(GANGS)}
 
-    with log_tails_on_failure(kube_env, *logs):
-        try:
-            leader = int(wait_for("a leader", lambda: leading(kube_env, logs))[-1])
-            creator = threading.Thread(target=create_gangs, daemon=True)
-            creator.start()
-            wait_for("100 pods bound by the leader", lambda: observe() >= 100, timeout_s=120)
-            replicas[leader].kill()  # SIGKILL: the Lease is left to expire
-            killed_at, created_at_kill, bound_at_kill = time.monotonic(), len(created), len(first_node)
-            half_bound_at_kill = sum(0 < n < MEMBERS for n in bound_per_gang().values())
-            standby = logs[1 - leader]
-            wait_for("the standby leading", lambda: leading(kube_env, [standby]),
-                     timeout_s=LEASE_S + RETRY_S + 30)
-            takeover_s = time.monotonic() - killed_at
-            wait_for("every pod created", creator_done.is_set, timeout_s=180)
-            created_s = time.monotonic() - killed_at
-            wait_for("every pod bound", lambda: observe() == GANGS * MEMBERS, timeout_s=240)
-            all_bound_s = time.monotonic() - killed_at
-            scheduled: dict[str, int] = {}
-            for event in events(kube_env, "Scheduled"):
-                name = event["involvedObject"]["name"]
-                if name.startswith("burst-"):
-                    scheduled[name] = scheduled.get(name, 0) + 1
-            print(f"leader burst-{leader} SIGKILLed with {created_at_kill}/{GANGS * MEMBERS} pods created and "
-                  f"{bound_at_kill} bound ({half_bound_at_kill} gangs half-bound); the standby led "
-                  f"{takeover_s:.1f} s later (lease {LEASE_S:.0f} s, retry {RETRY_S:.0f} s); the last pod created "
-                  f"{created_s:.1f} s and all {GANGS * MEMBERS} bound {all_bound_s:.1f} s after the kill; "
-                  f"{GANGS * MEMBERS - len(scheduled)} bound without a Scheduled Event (the kill came between "
-                  "their binding and its Event)")
-            assert created_at_kill < GANGS * MEMBERS, "the leader was killed after the burst, not during it"
-            assert takeover_s < LEASE_S + RETRY_S + 5  # and a few seconds for a loaded machine's log and polls
-            assert max(scheduled.values()) == 1, {p: n for p, n in scheduled.items() if n > 1}
-            assert set(bound_per_gang().values()) == {MEMBERS}
-        finally:
-            for proc in replicas:
-                stop_process(proc)
+    try:
+        leader = int(wait_for("a leader", lambda: leading(kube_env, logs))[-1])
+        creator = threading.Thread(target=create_gangs, daemon=True)
+        creator.start()
+        wait_for("100 pods bound by the leader", lambda: observe() >= 100, timeout_s=120)
+        replicas[leader].kill()  # SIGKILL: the Lease is left to expire
+        killed_at, created_at_kill, bound_at_kill = time.monotonic(), len(created), len(first_node)
+        half_bound_at_kill = sum(0 < n < MEMBERS for n in bound_per_gang().values())
+        standby = logs[1 - leader]
+        wait_for("the standby leading", lambda: leading(kube_env, [standby]),
+                 timeout_s=LEASE_S + RETRY_S + 30)
+        takeover_s = time.monotonic() - killed_at
+        wait_for("every pod created", creator_done.is_set, timeout_s=180)
+        created_s = time.monotonic() - killed_at
+        wait_for("every pod bound", lambda: observe() == GANGS * MEMBERS, timeout_s=240)
+        all_bound_s = time.monotonic() - killed_at
+        scheduled: dict[str, int] = {}
+        for event in events(kube_env, "Scheduled"):
+            name = event["involvedObject"]["name"]
+            if name.startswith("burst-"):
+                scheduled[name] = scheduled.get(name, 0) + 1
+        print(f"leader burst-{leader} SIGKILLed with {created_at_kill}/{GANGS * MEMBERS} pods created and "
+              f"{bound_at_kill} bound ({half_bound_at_kill} gangs half-bound); the standby led "
+              f"{takeover_s:.1f} s later (lease {LEASE_S:.0f} s, retry {RETRY_S:.0f} s); the last pod created "
+              f"{created_s:.1f} s and all {GANGS * MEMBERS} bound {all_bound_s:.1f} s after the kill; "
+              f"{GANGS * MEMBERS - len(scheduled)} bound without a Scheduled Event (the kill came between "
+              "their binding and its Event)")
+        assert created_at_kill < GANGS * MEMBERS, "the leader was killed after the burst, not during it"
+        assert takeover_s < LEASE_S + RETRY_S + 5  # and a few seconds for a loaded machine's log and polls
+        assert max(scheduled.values()) == 1, {p: n for p, n in scheduled.items() if n > 1}
+        assert set(bound_per_gang().values()) == {MEMBERS}
+    finally:
+        for proc in replicas:
+            stop_process(proc)

@@ -5,13 +5,12 @@ through the Eviction API, which a PodDisruptionBudget holds back."""
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -30,20 +29,6 @@ def wait_for(what: str, check: Callable[[], Any], timeout_s: float = 30.0) -> An
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
         time.sleep(0.2)
-
-
-@contextlib.contextmanager
-def log_tails_on_failure(env: KubeEnv, *logs: str, lines: int = 40) -> Iterator[None]:
-    """On an exception inside the block, print the last `lines` of each named log of env.dir (`trimtab-ha-0`:
-    trimtab-ha-0.log) before it propagates: pytest shows them with the failure."""
-    try:
-        yield
-    except BaseException:
-        for name in logs:
-            path = env.dir / f"{name}.log"
-            tail = path.read_text(errors="replace").splitlines()[-lines:] if path.exists() else ["(no log)"]
-            print(f"----- {path} (last {lines} lines)", *tail, sep="\n")
-        raise
 
 
 def create_pod(env: KubeEnv, pod: dict[str, Any]) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 from kube_env import ROOT, KubeEnv, run_trimtab_kube, stop_process
-from test_kube_live import get_pod, log_tails_on_failure, scheduled_condition, wait_for
+from test_kube_live import get_pod, scheduled_condition, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -93,38 +93,37 @@ def test_the_multi_tenant_example_runs_live_as_simulate_says(kube_env: KubeEnv, 
         condition = scheduled_condition(kube_env, name, ns) or {}
         return get_pod(kube_env, name, ns)["spec"].get("nodeName"), condition.get("message", "")
 
-    with log_tails_on_failure(kube_env, "trimtab-mt"):
-        try:
-            for job_id, pods in pods_of.items():
-                for pod in pods:
-                    wait_for(f"{pod} {'bound' if job_id in at_once else 'waiting'}", lambda pod=pod, job_id=job_id: (
-                        bool(live(pod)[0]) if job_id in at_once else bool(live(pod)[1])), timeout_s=60)
-            rows, sim_node_of = [], {}
-            for job_id, pods in sorted(pods_of.items()):
-                run = jobs[job_id]["runs"][0]
-                sim_nodes = [n for n, k in zip(run["nodes"], run["node_tasks"], strict=True) for _ in range(k)]
-                causes = sorted(jobs[job_id]["wait_by_cause_s"])
-                for pod, sim_node in zip(pods, sim_nodes, strict=True):
-                    sim_node_of[pod] = sim_node
-                    node, message = live(pod)
-                    rows.append((pod, sim_node if job_id in at_once else f"waits ({', '.join(causes)})",
-                                 node or "waits", "" if node else message))
-            print(f"\n{'pod':<26} {'simulate --manifests':<22} {'trimtab kube':<13} live reason")
-            for row in rows:
-                print(f"{row[0]:<26} {row[1]:<22} {row[2]:<13} {row[3]}")
-            for job_id, pods in pods_of.items():
-                for pod in pods:
-                    node, message = live(pod)
-                    if job_id in at_once:
-                        assert node == sim_node_of[pod], f"{pod}: simulate starts it on {sim_node_of[pod]} at " \
-                                                         f"once, live it is on {node or '-'} ({message})"
-                    else:
-                        assert not node, f"{pod}: simulate holds it back, live it is bound to {node}"
-                        causes = sorted(jobs[job_id]["wait_by_cause_s"])
-                        assert any(message.startswith(f"{cause}: ") for cause in causes), (message, causes)
-            assert at_once == {"default/my-pod", "default/gpu-pod", gang, f"{TEAM}/train-a"}
-            assert live(f"{TEAM}/train-b")[1] == f"quota: ResourceQuota {TEAM}/compute-resources: gpus would be 3 > 2"
-            assert live("default/my-pod")[0] == "gpu-0"
-            assert live("default/gpu-pod")[0].startswith("a100-")
-        finally:
-            stop_process(proc)
+    try:
+        for job_id, pods in pods_of.items():
+            for pod in pods:
+                wait_for(f"{pod} {'bound' if job_id in at_once else 'waiting'}", lambda pod=pod, job_id=job_id: (
+                    bool(live(pod)[0]) if job_id in at_once else bool(live(pod)[1])), timeout_s=60)
+        rows, sim_node_of = [], {}
+        for job_id, pods in sorted(pods_of.items()):
+            run = jobs[job_id]["runs"][0]
+            sim_nodes = [n for n, k in zip(run["nodes"], run["node_tasks"], strict=True) for _ in range(k)]
+            causes = sorted(jobs[job_id]["wait_by_cause_s"])
+            for pod, sim_node in zip(pods, sim_nodes, strict=True):
+                sim_node_of[pod] = sim_node
+                node, message = live(pod)
+                rows.append((pod, sim_node if job_id in at_once else f"waits ({', '.join(causes)})",
+                             node or "waits", "" if node else message))
+        print(f"\n{'pod':<26} {'simulate --manifests':<22} {'trimtab kube':<13} live reason")
+        for row in rows:
+            print(f"{row[0]:<26} {row[1]:<22} {row[2]:<13} {row[3]}")
+        for job_id, pods in pods_of.items():
+            for pod in pods:
+                node, message = live(pod)
+                if job_id in at_once:
+                    assert node == sim_node_of[pod], f"{pod}: simulate starts it on {sim_node_of[pod]} at " \
+                                                     f"once, live it is on {node or '-'} ({message})"
+                else:
+                    assert not node, f"{pod}: simulate holds it back, live it is bound to {node}"
+                    causes = sorted(jobs[job_id]["wait_by_cause_s"])
+                    assert any(message.startswith(f"{cause}: ") for cause in causes), (message, causes)
+        assert at_once == {"default/my-pod", "default/gpu-pod", gang, f"{TEAM}/train-a"}
+        assert live(f"{TEAM}/train-b")[1] == f"quota: ResourceQuota {TEAM}/compute-resources: gpus would be 3 > 2"
+        assert live("default/my-pod")[0] == "gpu-0"
+        assert live("default/gpu-pod")[0].startswith("a100-")
+    finally:
+        stop_process(proc)
