@@ -3,6 +3,7 @@ duration."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any
 
@@ -34,10 +35,13 @@ class LeaseStore:
         self.lease, self.version = dict(spec), self.version + 1
 
 
+FAST = {"lease_s": 0.3, "renew_deadline_s": 0.2, "renew_s": 0.1, "retry_s": 0.05}
+
+
 def test_one_leader_and_a_takeover_after_the_lease_expires() -> None:
     store = LeaseStore()
-    a = LeaderElector(store, "a", lease_s=0.3)  # type: ignore[arg-type]
-    b = LeaderElector(store, "b", lease_s=0.3)  # type: ignore[arg-type]
+    a = LeaderElector(store, "a", **FAST)  # type: ignore[arg-type]
+    b = LeaderElector(store, "b", **FAST)  # type: ignore[arg-type]
     assert a.try_acquire_or_renew()
     assert not b.try_acquire_or_renew()
     for _ in range(3):  # a renews faster than the lease runs out: b never gets it
@@ -50,6 +54,45 @@ def test_one_leader_and_a_takeover_after_the_lease_expires() -> None:
     assert store.lease["leaseTransitions"] == 1
     assert not a.try_acquire_or_renew()  # a back from a pause sees b's fresh record
 
+
+
+class HangingStore(LeaseStore):
+    """A LeaseStore whose server goes silent while `hang` is set: every call blocks until it is cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hang = threading.Event()
+        self.answer = threading.Event()
+        self.answer.set()
+
+    def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
+        self.answer.wait()
+        return super().get_lease(namespace, name)
+
+
+def test_a_leader_on_a_silent_server_stops_leading_before_the_lease_could_expire() -> None:
+    """The leader's renewal hangs (a silent server, no answer for longer than the lease): it stops leading at its
+    renew deadline, while the attempt still hangs, before a standby could see the lease run out."""
+    store = HangingStore()
+    leader = LeaderElector(store, "a", lease_s=1.0, renew_deadline_s=0.5, renew_s=0.1, retry_s=0.05).start()
+    try:
+        assert leader.leading.wait(2.0)
+        store.answer.clear()
+        silent_at = time.monotonic()
+        deadline = silent_at + 2.0
+        while leader.leading.is_set() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        stopped_after_s = time.monotonic() - silent_at
+        assert not leader.leading.is_set()
+        assert stopped_after_s < 1.0  # the lease: no standby can have taken over yet
+    finally:
+        leader.stop()
+        store.answer.set()
+
+
+def test_the_election_timings_must_nest() -> None:
+    with pytest.raises(ValueError, match="renew_s < renew_deadline_s < lease_s"):
+        LeaderElector(LeaseStore(), "a", lease_s=10.0, renew_deadline_s=12.0)  # type: ignore[arg-type]
 
 
 def test_the_client_side_rate_limit_lets_a_burst_through_then_paces_requests() -> None:
