@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from kube_env import KWOK_NODE, KubeEnv, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
-from test_kube_live import create_pod, get_pod, wait_for
+from test_kube_live import create_pod, wait_for
 
 pytestmark = pytest.mark.kube
 
@@ -38,26 +38,29 @@ def events(env: KubeEnv, reason: str) -> list[dict[str, Any]]:
 
 
 def test_a_node_that_goes_not_ready_fails_its_gang_over(kube_env: KubeEnv) -> None:
-    """A gang of 4 x 4 GPUs on three 8-GPU nodes, its pods tolerating not-ready/unreachable for 5 s. The node of
-    one member stops its heartbeat (kwok stops managing it); the node lifecycle controller marks it NotReady after
-    its grace period (20 s here) and taints it NoExecute; 5 s later the member is lost and trimtab evicts the
-    whole gang with GangRestarted Events. The test then recreates the gang, as its controller would, and it binds
-    whole on the two nodes left."""
+    """An Indexed Job of 4 x 4 GPUs, one PodGroup, on three 8-GPU nodes, its pods tolerating not-ready/unreachable
+    for 5 s. The node of one member stops its heartbeat (kwok stops managing it); the node lifecycle controller
+    marks it NotReady after its grace period (20 s here) and taints it NoExecute; 5 s later the member is lost and
+    trimtab evicts the whole gang with GangRestarted Events. The Job controller recreates the members (each index
+    after its own back-off, 10 s for a first failure) and trimtab binds the new gang whole on the two nodes left,
+    beside the old member that lingers, terminating, on the dead node."""
     taint, spec = pool("nf")
     names = kube_env.add_gpu_nodes(3, prefix="nf", labels={"pool": "nf"}, taints=[taint])
     kube_env.wait_nodes_ready(names)
-    five_s = [{"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": "NoExecute",
-               "tolerationSeconds": 5} for key in ("not-ready", "unreachable")]
-    spec["tolerations"] += five_s
+    spec["tolerations"] += [{"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": "NoExecute",
+                             "tolerationSeconds": 5} for key in ("not-ready", "unreachable")]
+    template = gpu_pod("member", 4, scheduler="trimtab-nf", group="nf-train", **spec)
+    kube_env.apply(pod_group("nf-train", 4))
+    kube_env.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nf-train"},
+                    "spec": {"completionMode": "Indexed", "completions": 4, "parallelism": 4,
+                             "backoffLimitPerIndex": 3, "podReplacementPolicy": "TerminatingOrFailed",
+                             "template": {"metadata": {"labels": template["metadata"]["labels"]},
+                                          "spec": {k: v for k, v in template["spec"].items() if k != "priority"}}}})
     proc = run_trimtab_kube(kube_env, "--scheduler-name", "trimtab-nf", "--policy", "fifo", log_name="trimtab-nf")
-    first = [f"nf-train-{i}" for i in range(4)]
     try:
-        kube_env.apply(pod_group("nf-train", 4))
-        for name in first:
-            create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
-        placed = wait_for("the gang bound", lambda: all(n := {p: get_pod(kube_env, p)["spec"].get("nodeName")
-                                                              for p in first}.values()) and n, timeout_s=60)
-        dead = get_pod(kube_env, first[0])["spec"]["nodeName"]
+        first = wait_for("the gang bound", lambda: (b := bound_members(kube_env)) and len(b) == 4 and b,
+                         timeout_s=90)
+        dead = next(iter(first.values()))
         stopped_at = time.monotonic()
         kube_env.request("PATCH", f"/api/v1/nodes/{dead}",
                          {"metadata": {"annotations": {key: None for key in KWOK_NODE}}},
@@ -65,34 +68,30 @@ def test_a_node_that_goes_not_ready_fails_its_gang_over(kube_env: KubeEnv) -> No
         wait_for(f"{dead} NotReady", lambda: node_condition(kube_env, dead) != "True", timeout_s=120)
         not_ready_s = time.monotonic() - stopped_at
         node_taints = kube_env.request("GET", f"/api/v1/nodes/{dead}")["spec"].get("taints") or []
-        live_members = {p for p in first if get_pod(kube_env, p)["spec"]["nodeName"] != dead}
+        live_members = {pod for pod, node in first.items() if node != dead}
         restarted = wait_for("GangRestarted Events for the members on live nodes", lambda: (
             r := [e for e in events(kube_env, "GangRestarted") if e["involvedObject"]["name"] in first])
-            and {e["involvedObject"]["name"] for e in r} >= live_members and r, timeout_s=60)
+            and {e["involvedObject"]["name"] for e in r} >= live_members and r, timeout_s=90)
         restarted_s = time.monotonic() - stopped_at
-        for name in first:  # every member evicted: gone, or terminating on the dead node (no kubelet ends it)
-            wait_for(f"{name} evicted", lambda name=name: (p := get_pod_or_none(kube_env, name)) is None
-                     or p["metadata"].get("deletionTimestamp"))
-        second = [f"nf-train-r{i}" for i in range(4)]
-        for name in second:
-            create_pod(kube_env, gpu_pod(name, 4, scheduler="trimtab-nf", group="nf-train", **spec))
-        again = wait_for("the recreated gang bound whole", lambda: all(n := [
-            get_pod(kube_env, p)["spec"].get("nodeName") for p in second]) and n, timeout_s=60)
+        again = wait_for("the recreated gang bound whole", lambda: (b := bound_members(kube_env)) and len(b) == 4
+                         and not set(b) & set(first) and b, timeout_s=120)
         rebound_s = time.monotonic() - stopped_at
         print(f"heartbeat stopped on {dead}: NotReady after {not_ready_s:.0f} s, taints "
               f"{sorted(t['key'] for t in node_taints)}; gang restarted after {restarted_s:.0f} s "
-              f"({len(restarted)} GangRestarted Events); recreated gang bound after {rebound_s:.0f} s")
-        print(f"first run on {sorted(placed)}, second on {sorted(again)}")
-        assert dead not in again
-        assert sorted(again) == sorted(n for n in names if n != dead for _ in range(2))
+              f"({len(restarted)} GangRestarted Events); recreated by the Job and bound again after {rebound_s:.0f} s")
+        print(f"first run {sorted(first.items())}\nsecond run {sorted(again.items())}")
+        assert dead not in again.values()
+        assert sorted(again.values()) == sorted(n for n in names if n != dead for _ in range(2))
         assert all("lost a member with its node" in e["message"] for e in restarted)
     finally:
         stop_process(proc)
 
 
-def get_pod_or_none(env: KubeEnv, name: str) -> dict[str, Any] | None:
-    pods = env.request("GET", f"/api/v1/namespaces/default/pods?fieldSelector=metadata.name={name}")["items"]
-    return pods[0] if pods else None
+def bound_members(env: KubeEnv) -> dict[str, str]:
+    """The Job's pods bound and not terminating: name -> node."""
+    pods = env.request("GET", "/api/v1/namespaces/default/pods?labelSelector=batch.kubernetes.io/job-name=nf-train")
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in pods["items"]
+            if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")}
 
 
 GANGS, MEMBERS = 50, 10
@@ -106,13 +105,16 @@ def leading(env: KubeEnv, logs: list[str]) -> str | None:
 @pytest.mark.slow
 def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) -> None:
     """Two replicas (scheduler name trimtab-burst) on eight 64-GPU nodes; 50 gangs of 10 one-GPU pods created one
-    after another; the leader SIGKILLed once 100 pods are bound, while the gangs are still being created. The
-    standby takes the Lease within the lease duration (plus its retry period) and binds the rest: every pod bound
-    once (its node never changes, at most one Scheduled Event each, the same pod throughout), every gang whole."""
+    after another. The replicas' requests are paced (20 a second, bursts of 10) so that a gang's binding takes a
+    while: the leader is SIGKILLed once 100 pods are bound and a gang is seen half-bound (or once 200 are bound),
+    while the gangs are still being created. The standby takes the Lease within the lease duration (plus its retry
+    period) and binds the rest: every pod bound once (its node never changes, at most one Scheduled Event each,
+    the same pod throughout), every gang whole."""
     taint, spec = pool("burst")
     nodes = kube_env.add_gpu_nodes(8, gpus=64, prefix="burst", labels={"pool": "burst"}, taints=[taint])
     kube_env.wait_nodes_ready(nodes)
-    args = ("--scheduler-name", "trimtab-burst", "--lease-namespace", "default")
+    args = ("--scheduler-name", "trimtab-burst", "--lease-namespace", "default", "--kube-api-qps", "20",
+            "--kube-api-burst", "10")
     logs = [f"trimtab-burst-{i}" for i in range(2)]
     replicas = [run_trimtab_kube(kube_env, *args, log_name=log) for log in logs]
     created: list[str] = []
@@ -146,7 +148,8 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
         leader = int(wait_for("a leader", lambda: leading(kube_env, logs))[-1])
         creator = threading.Thread(target=create_gangs, daemon=True)
         creator.start()
-        wait_for("100 pods bound by the leader", lambda: observe() >= 100, timeout_s=120)
+        wait_for("100 pods bound by the leader and a gang half-bound", lambda: (bound := observe()) >= 200 or (
+            bound >= 100 and any(0 < n < MEMBERS for n in bound_per_gang().values())), timeout_s=180)
         replicas[leader].kill()  # SIGKILL: the Lease is left to expire
         killed_at, created_at_kill, bound_at_kill = time.monotonic(), len(created), len(first_node)
         half_bound_at_kill = sum(0 < n < MEMBERS for n in bound_per_gang().values())
