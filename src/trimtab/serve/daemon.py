@@ -443,6 +443,19 @@ class Daemon:
                     "inventory": self.devices.inventory.source, "executor": self.executor.name,
                     "started_s": self.started_s}
 
+    def telemetry(self) -> list[dict[str, Any]]:
+        """What each running job last reported or was measured at (serve/progress.py), for /metrics: job id,
+        tenant, GPUs held now, samples per second, batch size, GPU utilisation (None: not known)."""
+        with self.lock:
+            found = []
+            for key, run in self.scheduler.running.items():
+                seen = run.job.scaling.latest if isinstance(run.job.scaling, LiveScaling) else None
+                if seen is not None:
+                    found.append({"job": key, "tenant": run.job.tenant, "gpus": run.alloc.gpus,
+                                  "samples_per_s": seen.samples_per_s, "batch_size": seen.batch_size,
+                                  "gpu_util": seen.gpu_util})
+            return found
+
     def _queues(self) -> list[dict[str, Any]]:
         quotas = self.requests.quotas
         queues: dict[str, dict[str, Any]] = {}

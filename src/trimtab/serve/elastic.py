@@ -36,15 +36,19 @@ class GpuUtilTarget(Plugin):
         self.min_interval_s = float(min_interval_s)
         self.tolerance = float(tolerance)
         self._targeted: set[str] | None = None  # running jobs with a target (None: not read from the books yet)
+        self._next_ready_s: float | None = None  # when a job held back by the interval may next be resized
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
         if self._targeted is None:
             self._targeted = {jid for jid, run in ctx.running.items() if _target(run.job) is not None}
         self._targeted &= ctx.running.keys()
         answers: list[Resize] = []
+        self._next_ready_s = None
         for jid in sorted(self._targeted):
             run = ctx.running[jid]
-            if ctx.now_s - run.start_s < self.min_interval_s:
+            ready_s = run.start_s + self.min_interval_s
+            if ctx.now_s < ready_s:
+                self._next_ready_s = min(ready_s, self._next_ready_s or ready_s)
                 continue
             alloc = self._toward_target(run.job, run.alloc, ctx)
             if alloc is not None:
@@ -78,10 +82,11 @@ class GpuUtilTarget(Plugin):
         return None
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
-        """Book the targeted jobs the cycle started."""
+        """Book the targeted jobs the cycle started; wake up when one held back by the interval may be resized."""
         if self._targeted is not None:
             self._targeted.update(job.id for job, _ in decision.starts if _target(job) is not None)
-        return None
+        wake_s, self._next_ready_s = self._next_ready_s, None
+        return wake_s
 
 
 def _target(job: Job) -> float | None:

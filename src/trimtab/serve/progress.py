@@ -52,7 +52,9 @@ class LiveScaling:
     """A live job's ScalingModel: throughput learned from what it reported at each GPU count (`curve`, samples
     per second, a running mean), linear through the origin below the smallest count measured, piecewise linear
     between counts, and beyond the largest with the slope of the last two (flat when it stopped gaining), or
-    linear when one count is known. With no report at all, the flat model (`throughput = gpus`). Mutated only by
+    linear when one count is known. With no report at all, the flat model (`throughput = gpus`). A job with a target
+    is sized by it alone (gpu-util-target, serve/elastic.py): its throughput is the same on any number of GPUs, so
+    elastic-grow never grows it and elastic-shrink takes from it first (nothing lost). Mutated only by
     the daemon under its lock; read by the resize plugins within a cycle."""
 
     target_gpu_util: float | None = None
@@ -70,6 +72,8 @@ class LiveScaling:
         return before != (report.gpu_util, self.curve.get(report.gpus))
 
     def throughput(self, gpus: int, nodes: int) -> float:
+        if self.target_gpu_util is not None:
+            return 1.0  # sized by its target alone (gpu-util-target): to the goodput policies GPUs are worth nothing
         if not self.curve:
             return float(gpus)
         counts = sorted(self.curve)
