@@ -444,16 +444,15 @@ class Daemon:
                     "started_s": self.started_s}
 
     def telemetry(self) -> list[dict[str, Any]]:
-        """What each running job last reported or was measured at (serve/progress.py), for /metrics: job id,
-        tenant, GPUs held now, samples per second, batch size, GPU utilisation (None: not known)."""
+        """Each running job for /metrics: job id, tenant, GPUs held now, and what it last reported or was measured
+        at (serve/progress.py): samples per second, batch size, GPU utilisation (None or 0: not known)."""
         with self.lock:
             found = []
             for key, run in self.scheduler.running.items():
                 seen = run.job.scaling.latest if isinstance(run.job.scaling, LiveScaling) else None
-                if seen is not None:
-                    found.append({"job": key, "tenant": run.job.tenant, "gpus": run.alloc.gpus,
-                                  "samples_per_s": seen.samples_per_s, "batch_size": seen.batch_size,
-                                  "gpu_util": seen.gpu_util})
+                found.append({"job": key, "tenant": run.job.tenant, "gpus": run.alloc.gpus,
+                              "samples_per_s": seen and seen.samples_per_s, "batch_size": seen and seen.batch_size,
+                              "gpu_util": seen and seen.gpu_util})
             return found
 
     def _queues(self) -> list[dict[str, Any]]:

@@ -76,18 +76,18 @@ class ServeMetrics(Collector):
 
 
 def _job_gauges(telemetry: list[dict[str, Any]]) -> Iterator[Metric]:
-    """Per running job that reported (or was measured): its GPU utilisation, throughput, batch size and GPUs."""
+    """Per running job: the GPUs it holds now and, once known, its GPU utilisation, throughput and batch size."""
     gauges = {
         "gpu_util": GaugeMetricFamily("trimtab_job_gpu_util", "GPU utilisation of a job's GPUs (0..1; NVML, else "
                                       "what it reports)", labels=["job", "tenant"]),
         "samples_per_s": GaugeMetricFamily("trimtab_job_samples_per_second", "Throughput a job reports",
                                            labels=["job", "tenant"]),
         "batch_size": GaugeMetricFamily("trimtab_job_batch_size", "Batch size a job reports", labels=["job", "tenant"]),
-        "gpus": GaugeMetricFamily("trimtab_job_gpus", "GPUs a reporting job holds now", labels=["job", "tenant"]),
+        "gpus": GaugeMetricFamily("trimtab_job_gpus", "GPUs a running job holds now", labels=["job", "tenant"]),
     }
     for seen in telemetry:
         for key, gauge in gauges.items():
-            if seen[key]:
+            if seen[key] is not None and (key != "batch_size" or seen[key]):
                 gauge.add_metric([seen["job"], seen["tenant"]], seen[key])
     yield from gauges.values()
 
