@@ -129,3 +129,25 @@ def test_a_bad_elastic_submission_is_refused_naming_the_field(tmp_path: Path, bo
 
     with pytest.raises(SubmissionError, match=field):
         spec_from_dict({"command": ["true"], **body})
+
+
+def test_the_scaling_curve_is_learned_from_reports_and_a_bad_report_is_ignored(tmp_path: Path) -> None:
+    from trimtab.serve.progress import LiveScaling, Telemetry, read_report, telemetry_of
+
+    scaling = LiveScaling()
+    assert scaling.throughput(4, 1) == 4.0  # nothing reported: linear
+    assert scaling.observe(Telemetry(2, 0.0, 200.0)) and scaling.throughput(4, 1) == 400.0  # one count: linear
+    scaling.observe(Telemetry(4, 1.0, 300.0))
+    assert (scaling.throughput(1, 1), scaling.throughput(3, 1), scaling.throughput(6, 2)) == (100.0, 250.0, 400.0)
+    scaling.observe(Telemetry(4, 2.0, 200.0))  # a running mean: 300 then 200
+    assert scaling.throughput(4, 1) == 250.0 and scaling.throughput(8, 2) == 350.0  # the slope of the last two
+    assert LiveScaling(target_gpu_util=0.8).throughput(8, 2) == 1.0  # sized by its target alone
+    report = tmp_path / "progress.json"
+    report.write_text('{"samples_per_s": -1, "batch_size": true, "gpu_util": 0.5}')
+    found = read_report(report)
+    assert found is not None and telemetry_of(found, 2, 0.0) == Telemetry(2, 0.0, None, 0, 0.5)
+    report.write_text("{half")
+    assert read_report(report) is None
+    (tmp_path / "link.json").symlink_to(report)
+    report.write_text("{}")
+    assert read_report(tmp_path / "link.json") is None  # never through a link

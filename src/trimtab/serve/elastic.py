@@ -41,7 +41,7 @@ class GpuUtilTarget(Plugin):
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
         if self._targeted is None:
             self._targeted = {jid for jid, run in ctx.running.items() if _target(run.job) is not None}
-        self._targeted &= ctx.running.keys()
+        self._targeted = {jid for jid in self._targeted if jid in ctx.running}  # a pass over these jobs only
         answers: list[Resize] = []
         self._next_ready_s = None
         for jid in sorted(self._targeted):
