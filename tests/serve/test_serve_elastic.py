@@ -151,3 +151,20 @@ def test_the_scaling_curve_is_learned_from_reports_and_a_bad_report_is_ignored(t
     (tmp_path / "link.json").symlink_to(report)
     report.write_text("{}")
     assert read_report(tmp_path / "link.json") is None  # never through a link
+
+
+def test_a_manifest_with_a_gpu_range_annotation_is_an_elastic_submission() -> None:
+    from trimtab.serve.submission import read_manifest
+
+    spec = read_manifest("""
+apiVersion: batch/v1
+kind: Job
+metadata: {name: train, annotations: {trimtab.io/gpus: "2-6"}}
+spec:
+  parallelism: 2
+  template:
+    spec:
+      containers:
+        - {name: main, command: [python, train.py], resources: {limits: {nvidia.com/gpu: 1}}}
+""")
+    assert (spec.tasks, spec.min_tasks, spec.max_tasks) == (2, 2, 6)

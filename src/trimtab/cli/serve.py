@@ -187,6 +187,10 @@ def _print_job(job: dict[str, Any]) -> None:
                   f"{job['reason']}", highlight=False)
     console.print(f"command: {' '.join(job['command'])}; {job['tasks']} x {_per_task(job)}; "
                   f"attempts {job['attempts']}, retries allowed {job['retries']}", highlight=False)
+    if job.get("min_tasks") is not None:
+        target = f", target GPU utilisation {job['target_gpu_util']:g}" if job["target_gpu_util"] else ""
+        console.print(f"elastic: {job['min_tasks']} to {job['max_tasks']} tasks, resized {job['resizes']} times"
+                      f"{target}", highlight=False)
     table = Table("attempt", "rank", "node", "GPUs", "state", "exit", "outcome", "started")
     for r in job["runs"]:
         table.add_row(str(r["attempt"]), str(r["rank"]), r["node"], ",".join(r["gpus"]), r["state"],
