@@ -168,3 +168,32 @@ spec:
         - {name: main, command: [python, train.py], resources: {limits: {nvidia.com/gpu: 1}}}
 """)
     assert (spec.tasks, spec.min_tasks, spec.max_tasks) == (2, 2, 6)
+
+
+def test_a_job_reports_its_progress_over_the_api_with_a_token_of_its_tenant(tmp_path: Path) -> None:
+    server = Server(tmp_path / "data", "--gpus", "2").start()
+    try:
+        admin = server.client()
+        ours = admin.post("/v1/tokens", json={"tenant": "team-a"}).json()["token"]
+        theirs = admin.post("/v1/tokens", json={"tenant": "team-b"}).json()["token"]
+        with server.client(ours) as client:
+            job = client.post("/v1/jobs", json={"command": ["sleep", "30"], "gpus": 1, "tasks": 1, "min_tasks": 1,
+                                                "max_tasks": 2}).json()
+            url = f"/v1/jobs/{job['id']}/progress"
+            _wait(client, job["id"], lambda found: found["state"] == "running" and found["runs"])
+            answer = client.post(url, json={"samples_per_s": 123.5, "batch_size": 64, "gpu_util": 0.25})
+            assert answer.status_code == 200 and answer.json() == {"id": job["id"], "attempt": 1, "gpus": 1}
+            assert client.post(url, json={"gpu_util": 1.5}).status_code == 422
+            assert client.post(url, json={"loss": 0.1}).status_code == 422
+            metrics = admin.get("/metrics").text
+            assert f'trimtab_job_samples_per_second{{job="{job["id"]}",tenant="team-a"}} 123.5' in metrics
+            assert f'trimtab_job_batch_size{{job="{job["id"]}",tenant="team-a"}} 64.0' in metrics
+            client.post(f"/v1/jobs/{job['id']}/cancel")
+            _wait(client, job["id"], lambda found: found["state"] == "cancelled")
+            assert client.post(url, json={"samples_per_s": 1.0}).status_code == 409
+        with server.client(theirs) as other:
+            assert other.post(url, json={"samples_per_s": 1.0}).status_code == 404  # not its job
+        with server.client("") as nobody:
+            assert nobody.post(url, json={"samples_per_s": 1.0}).status_code == 401
+    finally:
+        server.stop()

@@ -34,7 +34,7 @@ from trimtab.serve.gpus import Inventory
 from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantLimits
-from trimtab.serve.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path
+from trimtab.serve.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path, telemetry_of
 from trimtab.serve.reasons import ReasonBook
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
@@ -388,6 +388,18 @@ class Daemon:
                  for att, job in current if job is not None and isinstance(job.scaling, LiveScaling)]
         if self.progress.read(found, measured, now_s):
             self.scheduler.changed()
+
+    def report_progress(self, job_id: int, report: dict[str, object]) -> dict[str, Any] | None:
+        """A report the API received for a job (POST /v1/jobs/{id}/progress): taken in as its progress file's
+        would be. Returns what it was counted against (attempt, GPUs), or None when the job runs no attempt."""
+        with self.lock:
+            att, job = self.attempts.get(job_id), self.scheduler.jobs.get(str(job_id))
+            if att is None or not att.launched or job is None or not isinstance(job.scaling, LiveScaling):
+                return None
+            if job.scaling.observe(telemetry_of(report, att.alloc.gpus, self.clock())):
+                self.scheduler.changed()
+                self.wake()
+            return {"id": job_id, "attempt": att.number, "gpus": att.alloc.gpus}
 
     def _note_reasons(self, decision: Decision) -> None:
         """Why each pending job waits after a cycle that ran (ReasonBook); the reasons that changed are written to
