@@ -4,8 +4,9 @@ Every task records the span it held its GPUs in `OUT_DIR/spans/<job>.<attempt>.<
 trains: it resumes from `$TRIMTAB_CHECKPOINT_DIR/state.json`, does WORLD_SIZE units of work every 0.1 s until
 TOTAL, checkpoints about every second (logged in `OUT_DIR/checkpoints.log` as "attempt step"), reports its
 progress in `$TRIMTAB_PROGRESS_FILE` (100 samples/s per task; `gpu_util` GPU_UTIL when given) and logs each
-start in `OUT_DIR/starts.log` as "attempt world_size resumed_step resized". On SIGTERM it stops at once: the work
-since the last checkpoint is lost. When done it appends "done" to `OUT_DIR/done.log`; the other ranks wait for it."""
+start in `OUT_DIR/starts.log` as "attempt world_size resumed_step resized gpus". On SIGTERM it stops at once: the
+work since the last checkpoint is lost. When done it appends "done" to `OUT_DIR/done.log`; the other ranks wait
+for it."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def main() -> int:
     state = Path(env["TRIMTAB_CHECKPOINT_DIR"]) / "state.json"
     step = json.loads(state.read_text())["step"] if state.exists() else 0
     with (out / "starts.log").open("a") as f:
-        f.write(f"{attempt} {world} {step} {env.get('TRIMTAB_RESIZED', '0')}\n")
+        f.write(f"{attempt} {world} {step} {env.get('TRIMTAB_RESIZED', '0')} {env['TRIMTAB_GPUS']}\n")
     saved_s = time.monotonic()
     while step < total:
         time.sleep(0.1)

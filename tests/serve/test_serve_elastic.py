@@ -46,7 +46,8 @@ def _wait(client: httpx.Client, job_id: int, done: Any, timeout_s: float = 15.0)
 def _starts(out: Path) -> list[tuple[int, int, int, str]]:
     """(attempt, world size, step resumed from, TRIMTAB_RESIZED) of each start of the trainer's rank 0."""
     rows = [line.split() for line in (out / "starts.log").read_text().splitlines()]
-    return [(int(a), int(w), int(s), r) for a, w, s, r in rows]
+    assert all(world == gpus for _, world, _, _, gpus in rows)  # TRIMTAB_GPUS: one GPU per task
+    return [(int(a), int(w), int(s), r) for a, w, s, r, _ in rows]
 
 
 def _spans(out: Path) -> list[tuple[str, float, float, str]]:
