@@ -368,6 +368,9 @@ class Daemon:
                     self.waiting_launch.remove(old)
                 for run in old.live.values():
                     self.executor.stop(run.run_id, self.grace_s)
+                scaling = self.scheduler.jobs[resize.job_id].scaling
+                if isinstance(scaling, LiveScaling):
+                    scaling.latest = None  # what it reported was at the old size (its curve keeps it)
                 att = Attempt(row.id, row.attempts, resize.alloc, resized=True)
                 self.attempts[row.id] = att
                 self.waiting_launch.append(att)
