@@ -11,7 +11,9 @@ from serve_helpers import Server
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 # need two whole one-hour windows, or an allocation sample taken while a job waits (every 10 s)
-NOT_YET = {"trimtab_throughput_cv", "trimtab_goodput_cv", "trimtab_backlogged_util"}
+# and a job that reports its progress (tests/serve/test_serve_elastic.py scrapes those)
+NOT_YET = {"trimtab_throughput_cv", "trimtab_goodput_cv", "trimtab_backlogged_util", "trimtab_job_gpu_util",
+           "trimtab_job_samples_per_second", "trimtab_job_batch_size"}
 
 
 def wait_state(client: httpx.Client, job_id: int, state: str) -> None:

@@ -17,6 +17,7 @@ import typer
 from rich.table import Table
 
 from trimtab.cli.common import console, errors, fail, print_json
+from trimtab.model import parse_gpu_range
 
 if TYPE_CHECKING:
     from trimtab.serve.client import Client
@@ -94,11 +95,16 @@ def _ago(t_s: float | None) -> str:
 @commands.command("submit")
 def submit_cmd(
     args: Annotated[list[str] | None, typer.Argument(help="FILE.yaml / FILE.json, or -- COMMAND ARGS...")] = None,
-    gpus: Annotated[int | None, typer.Option(help="Whole GPUs per task [default: 1].")] = None,
+    gpus: Annotated[str | None, typer.Option(
+        help="Whole GPUs per task [default: 1], or MIN-MAX: an elastic job of one-GPU tasks, resized within the "
+             "range while it runs (it starts at MIN, or at --tasks).")] = None,
+    target_gpu_util: Annotated[float | None, typer.Option(
+        "--target-gpu-util", help="An elastic job's target GPU utilisation (0..1]: it is resized within its "
+                                  "range toward it.")] = None,
     gpu_milli: Annotated[int | None, typer.Option(
         "--gpu-milli", help="Instead of whole GPUs, a share of one GPU per task, in thousandths (1 to 999; "
                             "500: half a GPU), run under MPS limits.")] = None,
-    tasks: Annotated[int, typer.Option(help="Tasks in the gang.")] = 1,
+    tasks: Annotated[int | None, typer.Option(help="Tasks in the gang [default: 1].")] = None,
     name: Annotated[str, typer.Option(help="Job name.")] = "",
     tenant: Annotated[str | None, typer.Option(help="Tenant (admin token only).")] = None,
     priority_class: Annotated[str | None, typer.Option(help="low, normal, high or system.")] = None,
@@ -121,7 +127,7 @@ def submit_cmd(
         if not 1 <= gpu_milli <= 999:
             fail(f"--gpu-milli is a share of one GPU in thousandths, 1 to 999, not {gpu_milli} (whole GPUs: "
                  "--gpus N)", 2, errors)
-        if gpus:
+        if gpus not in (None, "0"):
             fail("give --gpus (whole GPUs) or --gpu-milli (a share of one GPU), not both", 2, errors)
     client = _client(server, token)
     if is_file:
@@ -135,11 +141,11 @@ def submit_cmd(
         else:
             job = _call(client.submit_manifest, text)
     else:
-        spec: dict[str, Any] = {"command": list(args), "gpus": 1 if gpus is None else gpus, "tasks": tasks,
-                                "name": name, "retries": retries}
+        spec: dict[str, Any] = {"command": list(args), **_gpus_spec(gpus, tasks), "name": name, "retries": retries}
         if gpu_milli is not None:
             spec.update(gpus=0, gpu_milli=gpu_milli)
-        for key, value in (("tenant", tenant), ("priority_class", priority_class), ("workdir", workdir)):
+        for key, value in (("tenant", tenant), ("priority_class", priority_class), ("workdir", workdir),
+                           ("target_gpu_util", target_gpu_util)):
             if value is not None:
                 spec[key] = value
         job = _call(client.submit_job, spec)
@@ -147,6 +153,17 @@ def submit_cmd(
         print_json({"id": job["id"], "state": job["state"]})
     else:
         console.print(f"job {job['id']} submitted ({job['state']})")
+
+
+def _gpus_spec(gpus: str | None, tasks: int | None) -> dict[str, Any]:
+    """The GPU fields of a command's job from --gpus (N, or MIN-MAX for an elastic job) and --tasks."""
+    if gpus is None or gpus.strip().isdigit():
+        return {"gpus": 1 if gpus is None else int(gpus), "tasks": 1 if tasks is None else tasks}
+    try:
+        low, high = parse_gpu_range(gpus)
+    except ValueError as exc:
+        fail(f"--gpus: {exc}", 2, errors)
+    return {"gpus": 1, "tasks": low if tasks is None else tasks, "min_tasks": low, "max_tasks": high}
 
 
 def _show(answer: Any, as_json: bool, render: Callable[[Any], None]) -> None:
@@ -170,6 +187,10 @@ def _print_job(job: dict[str, Any]) -> None:
                   f"{job['reason']}", highlight=False)
     console.print(f"command: {' '.join(job['command'])}; {job['tasks']} x {_per_task(job)}; "
                   f"attempts {job['attempts']}, retries allowed {job['retries']}", highlight=False)
+    if job.get("min_tasks") is not None:
+        target = f", target GPU utilisation {job['target_gpu_util']:g}" if job["target_gpu_util"] else ""
+        console.print(f"elastic: {job['min_tasks']} to {job['max_tasks']} tasks, resized {job['resizes']} times"
+                      f"{target}", highlight=False)
     table = Table("attempt", "rank", "node", "GPUs", "state", "exit", "outcome", "started")
     for r in job["runs"]:
         table.add_row(str(r["attempt"]), str(r["rank"]), r["node"], ",".join(r["gpus"]), r["state"],

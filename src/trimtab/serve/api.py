@@ -107,6 +107,7 @@ def create_app(daemon: Daemon, config: ServeConfig | None = None, scrape_token: 
     _add_submit(app, daemon)
     _add_job_routes(app, daemon)
     _add_why_route(app, daemon)
+    _add_progress_route(app, daemon)
     _add_log_route(app, daemon)
     _add_cluster_routes(app, daemon)
     _add_tenant_routes(app, daemon)
@@ -211,6 +212,32 @@ def _add_job_routes(app: FastAPI, daemon: Daemon) -> None:
     def delete_job(job_id: JobId, who: Who) -> dict[str, Any]:
         """The same as POST /v1/jobs/{job_id}/cancel."""
         return cancel_job(job_id, who)
+
+
+class ProgressReport(BaseModel):
+    """What a running job reports about itself (docs/elastic.md, "Live"); every field optional."""
+
+    model_config = ConfigDict(extra="forbid")
+    samples_per_s: float | None = Field(None, ge=0, le=1e12, allow_inf_nan=False, description="throughput now")
+    batch_size: int | None = Field(None, ge=1, le=2**31, description="global batch size now")
+    gpu_util: float | None = Field(None, ge=0, le=1, allow_inf_nan=False,
+                                   description="GPU utilisation (0..1), what virtual GPUs go by")
+
+
+def _add_progress_route(app: FastAPI, daemon: Daemon) -> None:
+    """POST /v1/jobs/{job_id}/progress: the same report as the job's progress file, over the API."""
+
+    @app.post("/v1/jobs/{job_id}/progress", tags=["jobs"])
+    def report_progress(job_id: JobId, body: ProgressReport, who: Who) -> dict[str, Any]:
+        """Report a running job's progress with a token of its tenant: its throughput, batch size and GPU
+        utilisation at its size now, from which the server learns its scaling curve (409 when it is not
+        running)."""
+        with daemon.store.reader() as s:
+            _visible_job(s, job_id, who)
+        counted = daemon.report_progress(job_id, body.model_dump(exclude_none=True))
+        if counted is None:
+            raise ServeError(409, f"job {job_id} is not running", "job_id")
+        return counted
 
 
 def _add_why_route(app: FastAPI, daemon: Daemon) -> None:

@@ -21,22 +21,24 @@ from sqlalchemy import select, update
 from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
 from trimtab.model import Job, JobState
 from trimtab.plugins import default_registry
-from trimtab.policy import Decision, Reservation, Status
+from trimtab.policy import Decision, Reservation, Resize, Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.serve.attempts import Attempt
 from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.devices import DeviceBook
+from trimtab.serve.elastic import with_live_resizes
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
 from trimtab.serve.feasible import Feasibility
 from trimtab.serve.gpus import Inventory
 from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantLimits
+from trimtab.serve.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path, telemetry_of
 from trimtab.serve.reasons import ReasonBook
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
-from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
+from trimtab.serve.store import JobRow, ResizeRow, RunRow, SampleRow, Store, sqlite_url
 from trimtab.why import explain
 
 log = logging.getLogger("trimtab.serve")
@@ -112,8 +114,8 @@ class Daemon:
         self.requests = Requests(self, tenant_limits or TenantLimits(), Feasibility(base.enabled("filter")))
         # the tenants' GPU quotas (whole GPUs, shares counted in milli-GPU) and caps on running tasks, CPU and
         # memory hold under every policy, read live
-        self.profile = base.with_admission("quota", {"tenant_gpus": self.requests.quotas,
-                                                     "tenant_caps": self.requests.limits.caps})
+        self.profile = with_live_resizes(base, self.registry).with_admission(
+            "quota", {"tenant_gpus": self.requests.quotas, "tenant_caps": self.requests.limits.caps})
         self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
         self.scheduler.framework.explains = True  # every waiting job's reason in words (trimtab jobs, the API)
         self.cluster = self.scheduler.cluster
@@ -131,6 +133,7 @@ class Daemon:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sample_s = 0.0
+        self.progress = ProgressBook()  # what running jobs report (serve/progress.py), read every second
         self.started_s = clock()
         self.fatal: str | None = None  # why the loop stopped for good (the executor lost its tasks' world)
         self.on_fatal: Callable[[], None] | None = None  # called from the loop thread once `fatal` is set
@@ -218,12 +221,16 @@ class Daemon:
                 seconds = time.perf_counter() - t0
                 for observe in self.cycle_observers:
                     observe(seconds)
+            if decision.resizes:
+                self._resize(decision.resizes, now)
             if decision.preemptions or decision.starts:
                 self._apply(decision.preemptions, decision.starts, now)
             if self.scheduler.cycles_run != ran:
                 self._note_reasons(decision)
             if now - self._last_sample_s >= self.sample_every_s:
                 self._sample(now)
+            if self.progress.due(now):
+                self._read_progress(now)
 
     def _node_changes(self) -> None:
         """Nodes the executor saw leave, come back or join (`Executor.node_changes`): a node gone takes no new work
@@ -344,6 +351,59 @@ class Daemon:
             self.waiting_launch.append(att)
         self._launch_waiting()
 
+    def _resize(self, resizes: list[Resize], now_s: float) -> None:
+        """Carry out the cycle's resizes (already booked by the scheduler) as restarts: the job's current attempt
+        is stopped with the grace of a preemption, and a new attempt on the new allocation launches once those
+        tasks are gone and their GPUs free (told TRIMTAB_RESIZED=1 and the new WORLD_SIZE). Each is recorded."""
+        with self.store.session() as s:
+            for resize in resizes:
+                row = s.get(JobRow, int(resize.job_id))
+                assert row is not None
+                row.attempts, row.resizes = row.attempts + 1, row.resizes + 1
+                s.add(ResizeRow(job_id=row.id, t_s=now_s, from_tasks=resize.before.tasks,
+                                to_tasks=resize.alloc.tasks, attempt=row.attempts))
+                old = self.attempts[row.id]
+                old.stop_reason = "resized"
+                if not old.launched:
+                    self.waiting_launch.remove(old)
+                for run in old.live.values():
+                    self.executor.stop(run.run_id, self.grace_s)
+                scaling = self.scheduler.jobs[resize.job_id].scaling
+                if isinstance(scaling, LiveScaling):
+                    scaling.latest = None  # what it reported was at the old size (its curve keeps it)
+                att = Attempt(row.id, row.attempts, resize.alloc, resized=True)
+                self.attempts[row.id] = att
+                self.waiting_launch.append(att)
+                log.info("job %d resized from %d to %d tasks", row.id, resize.before.tasks, resize.alloc.tasks)
+        self._launch_waiting()
+
+    def _read_progress(self, now_s: float) -> None:
+        """What the current attempts report (and, on NVML GPUs, their utilisation) into their jobs' LiveScaling;
+        a change is worth a cycle, so the resize plugins see it."""
+        current = [(att, self.scheduler.jobs.get(str(job_id))) for job_id, att in self.attempts.items()
+                   if att.launched and att.live]
+        if not current:
+            return
+        measured = nvml_utilisation(g for att, _ in current for run in att.live.values() for g in run.gpu_ids) \
+            if self.devices.inventory.source == "nvml" else {}
+        found = [(att, progress_path(self.launcher.identities.checkpoint_dir(job.tenant, att.job_id), att.number),
+                  job.scaling)
+                 for att, job in current if job is not None and isinstance(job.scaling, LiveScaling)]
+        if self.progress.read(found, measured, now_s):
+            self.scheduler.changed()
+
+    def report_progress(self, job_id: int, report: dict[str, object]) -> dict[str, Any] | None:
+        """A report the API received for a job (POST /v1/jobs/{id}/progress): taken in as its progress file's
+        would be. Returns what it was counted against (attempt, GPUs), or None when the job runs no attempt."""
+        with self.lock:
+            att, job = self.attempts.get(job_id), self.scheduler.jobs.get(str(job_id))
+            if att is None or not att.launched or job is None or not isinstance(job.scaling, LiveScaling):
+                return None
+            if job.scaling.observe(telemetry_of(report, att.alloc.gpus, self.clock())):
+                self.scheduler.changed()
+                self.wake()
+            return {"id": job_id, "attempt": att.number, "gpus": att.alloc.gpus}
+
     def _note_reasons(self, decision: Decision) -> None:
         """Why each pending job waits after a cycle that ran (ReasonBook); the reasons that changed are written to
         the store, so a queue that waits for the same reasons costs no write per cycle."""
@@ -397,6 +457,18 @@ class Daemon:
                     "gpus_allocated": self.cluster.allocated_gpus, "policy": self.profile.name,
                     "inventory": self.devices.inventory.source, "executor": self.executor.name,
                     "started_s": self.started_s}
+
+    def telemetry(self) -> list[dict[str, Any]]:
+        """Each running job for /metrics: job id, tenant, GPUs held now, and what it last reported or was measured
+        at (serve/progress.py): samples per second, batch size, GPU utilisation (None or 0: not known)."""
+        with self.lock:
+            found = []
+            for key, run in self.scheduler.running.items():
+                seen = run.job.scaling.latest if isinstance(run.job.scaling, LiveScaling) else None
+                found.append({"job": key, "tenant": run.job.tenant, "gpus": run.alloc.gpus,
+                              "samples_per_s": seen and seen.samples_per_s, "batch_size": seen and seen.batch_size,
+                              "gpu_util": seen and seen.gpu_util})
+            return found
 
     def _queues(self) -> list[dict[str, Any]]:
         quotas = self.requests.quotas

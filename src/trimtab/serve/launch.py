@@ -16,6 +16,7 @@ from trimtab.serve.attempts import Attempt, Run, run_id_of
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
 from trimtab.serve.identity import Identities, TaskUser
+from trimtab.serve.progress import progress_path
 from trimtab.serve.store import JobRow, RunRow, Store
 
 _Launch = tuple[Run, TaskLaunch, RunRow]
@@ -128,9 +129,11 @@ class Launcher:
     def launch_of(self, row: JobRow, run: Run, log_path: str, user: TaskUser | None = None) -> TaskLaunch:
         """What the executor is told to run for one task, as `user` (None: the server's user; recovery asks
         without one, to find a task already started): the job's command and environment, the rank variables,
-        the devices it sees and, for a share of a GPU, its MPS limits. It works in the job's `workdir`, else in
-        its tenant's working folder; both that folder and the job's checkpoint folder are made by the executor,
-        as the task's user."""
+        the devices it sees and, for a share of a GPU, its MPS limits. WORLD_SIZE is the attempt's (an elastic job
+        runs at the size its latest resize gave it; it is told TRIMTAB_GPUS, and TRIMTAB_RESIZED=1 after a
+        resize), TRIMTAB_PROGRESS_FILE where it may report its progress (serve/progress.py). It works in the
+        job's `workdir`, else in its tenant's working folder; both that folder and the job's checkpoint folder
+        are made by the executor, as the task's user."""
         att = run.attempt
         ranks_on_node = sorted(r.rank for r in self.devices.runs.values() if r.attempt is att and r.node == run.node)
         local_rank = ranks_on_node.index(run.rank) if run.rank in ranks_on_node else 0
@@ -146,10 +149,15 @@ class Launcher:
             "TRIMTAB_CHECKPOINT_DIR": str(checkpoint),
             "RANK": str(run.rank),
             "LOCAL_RANK": str(local_rank),
-            "WORLD_SIZE": str(row.tasks),
+            "WORLD_SIZE": str(att.alloc.tasks),  # an elastic job's size now, not the size it asked for
+            "TRIMTAB_PROGRESS_FILE": str(progress_path(checkpoint, att.number)),
             "MASTER_ADDR": "127.0.0.1",
             "MASTER_PORT": str(att.master_port or _set_master_port(att)),
         }
+        if row.min_tasks is not None:  # elastic: the GPUs of the whole gang now, and whether a resize started it
+            env["TRIMTAB_GPUS"] = str(att.alloc.gpus)
+            if att.resized:
+                env["TRIMTAB_RESIZED"] = "1"
         share = run.milli if run.milli < GPU_MILLI and run.gpu_ids else 0
         if share:
             env.update(self.devices.share_env(run.node, run.gpu_ids[0], share))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry, Histogram
@@ -68,9 +69,27 @@ class ServeMetrics(Collector):
             alloc.add_metric([node["name"]], node["gpus_allocated"])
             cap.add_metric([node["name"]], node["gpus"])
         yield from (queue, running, held, alloc, cap)
+        yield from _job_gauges(self.daemon.telemetry())
         total = snap["gpus_total"]
         yield GaugeMetricFamily("trimtab_gpu_alloc_ratio", "GPUs allocated / GPUs, now",
                                 value=snap["gpus_allocated"] / total if total else 0.0)
+
+
+def _job_gauges(telemetry: list[dict[str, Any]]) -> Iterator[Metric]:
+    """Per running job: the GPUs it holds now and, once known, its GPU utilisation, throughput and batch size."""
+    gauges = {
+        "gpu_util": GaugeMetricFamily("trimtab_job_gpu_util", "GPU utilisation of a job's GPUs (0..1; NVML, else "
+                                      "what it reports)", labels=["job", "tenant"]),
+        "samples_per_s": GaugeMetricFamily("trimtab_job_samples_per_second", "Throughput a job reports",
+                                           labels=["job", "tenant"]),
+        "batch_size": GaugeMetricFamily("trimtab_job_batch_size", "Batch size a job reports", labels=["job", "tenant"]),
+        "gpus": GaugeMetricFamily("trimtab_job_gpus", "GPUs a running job holds now", labels=["job", "tenant"]),
+    }
+    for seen in telemetry:
+        for key, gauge in gauges.items():
+            if seen[key] is not None and (key != "batch_size" or seen[key]):
+                gauge.add_metric([seen["job"], seen["tenant"]], seen[key])
+    yield from gauges.values()
 
 
 _HELP = {

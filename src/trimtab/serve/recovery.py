@@ -120,7 +120,8 @@ class Recovery:
             if how is not Adoption.NEVER_STARTED:
                 self.devices.hold(live)
                 self.found.counts["adopted" if how is Adoption.RUNNING else "ended while down"] += 1
-        if never or len(runs) < job.tasks:
+        least = job.tasks if job.elastic is None else job.elastic.min_tasks  # a resized attempt has its own size
+        if never or len(runs) < least:
             att.stop_reason = "restart"
             for live in att.live.values():
                 self.executor.stop(live.run_id, 0.0)

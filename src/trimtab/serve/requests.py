@@ -288,7 +288,8 @@ def _row_of(spec: JobSpec, tenant: str, now_s: float) -> JobRow:
                   tolerations=spec.tolerations, affinity=spec.affinity, labels=dict(spec.labels),
                   command=list(spec.command), env=dict(spec.env), workdir=spec.workdir, max_retries=spec.retries,
                   submit_s=now_s, idempotency_key=spec.idempotency_key, cancel_requested=False, attempts=0,
-                  failures=0, preemptions=0, reason="")
+                  failures=0, preemptions=0, reason="", min_tasks=spec.min_tasks, max_tasks=spec.max_tasks,
+                  target_gpu_util=spec.target_gpu_util, resizes=0)
 
 
 def _gpus_text(milli: int) -> str:

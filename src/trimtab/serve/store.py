@@ -75,6 +75,12 @@ class JobRow(Base):
     reason: Mapped[str] = mapped_column(Text, default="")
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     idempotency_key: Mapped[str | None] = mapped_column(String(200), nullable=True)
+    # elastic jobs (docs/elastic.md, "Live"): the range of tasks it may be resized in (None: fixed size), the GPU
+    # utilisation it is resized toward (None: none), and how many times it was resized
+    min_tasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    max_tasks: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    target_gpu_util: Mapped[float | None] = mapped_column(Float, nullable=True)
+    resizes: Mapped[int] = mapped_column(Integer, default=0)
 
     @property
     def gpus(self) -> int:
@@ -135,6 +141,20 @@ class TenantRow(Base):
     quota_gpus: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_s: Mapped[float] = mapped_column(Float)
     limits: Mapped[dict[str, Any]] = mapped_column(JSON, default=dict)
+
+
+class ResizeRow(Base):
+    """One resize of a running elastic job: at `t_s` its `from_tasks` tasks were stopped, to run again as
+    `to_tasks` tasks in attempt `attempt`."""
+
+    __tablename__ = "resizes"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[int] = mapped_column(ForeignKey("jobs.id"), index=True)
+    t_s: Mapped[float] = mapped_column(Float)
+    from_tasks: Mapped[int] = mapped_column(Integer)
+    to_tasks: Mapped[int] = mapped_column(Integer)
+    attempt: Mapped[int] = mapped_column(Integer)
 
 
 class SampleRow(Base):

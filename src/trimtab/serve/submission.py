@@ -79,6 +79,12 @@ class JobSpec(BaseModel):
     env: dict[str, str] = Field(default_factory=dict, max_length=256)
     workdir: str | None = Field(None, max_length=4096)
     retries: int = Field(0, ge=0, le=100)
+    min_tasks: int | None = Field(None, ge=1, le=MAX_TASKS, description="with max_tasks, an elastic job: it may be "
+                                  "resized to any number of tasks in min_tasks..max_tasks while it runs (a restart "
+                                  "from its checkpoint with the new WORLD_SIZE); tasks is the size it starts at")
+    max_tasks: int | None = Field(None, ge=1, le=MAX_TASKS, description="the top of the elastic range (min_tasks)")
+    target_gpu_util: float | None = Field(None, gt=0.0, le=1.0, description="an elastic job's target GPU "
+                                          "utilisation (0..1]: it is resized within its range toward it")
     idempotency_key: str | None = Field(None, max_length=200, description="resubmitting the same key returns the "
                                         "job already accepted instead of a new one")
 
@@ -95,6 +101,19 @@ class JobSpec(BaseModel):
         if value and info.data.get("gpus"):
             raise ValueError("ask for whole GPUs (gpus) or a share of one GPU (gpu_milli), not both")
         return value
+
+    @model_validator(mode="after")
+    def _elastic_range_ok(self) -> JobSpec:
+        if (self.min_tasks is None) != (self.max_tasks is None):
+            raise ValueError("give both min_tasks and max_tasks (an elastic range), or neither")
+        if self.min_tasks is not None and self.max_tasks is not None:
+            if not self.min_tasks <= self.tasks <= self.max_tasks:
+                raise ValueError(f"tasks {self.tasks} is outside the elastic range {self.min_tasks}..{self.max_tasks}")
+            if self.gpu_milli:
+                raise ValueError("an elastic job asks for whole GPUs, not a share (gpu_milli)")
+        elif self.target_gpu_util is not None:
+            raise ValueError("target_gpu_util resizes an elastic job: give min_tasks and max_tasks too")
+        return self
 
     @field_validator("name")
     @classmethod
@@ -350,6 +369,8 @@ def _job_spec(job: Job, launch: Launch) -> JobSpec:
         "priority_class": job.priority_class or None, "tenant": launch.namespace, "labels": dict(job.labels),
         "tolerations": tolerations_json(job.tolerations),
     }
+    if job.elastic is not None:  # trimtab.io/gpus: "2-8"
+        data.update(min_tasks=job.elastic.min_tasks, max_tasks=job.elastic.max_tasks)
     try:
         data["affinity"] = affinity_json(Affinity(job.node_affinity, job.node_preferences, job.pod_affinity))
     except FormatError as exc:
@@ -363,7 +384,8 @@ def _job_spec(job: Job, launch: Launch) -> JobSpec:
         fields = {"name": "metadata.name", "tenant": "metadata.namespace", "tasks": "spec",
                   "retries": "spec.backoffLimit", "node_selector": f"{pod.path}.nodeSelector",
                   "tolerations": f"{pod.path}.tolerations", "affinity": f"{pod.path}.affinity",
-                  "labels": "metadata.labels",
+                  "labels": "metadata.labels", "min_tasks": "metadata.annotations.trimtab.io/gpus",
+                  "max_tasks": "metadata.annotations.trimtab.io/gpus",
                   "command": f"{container.path}.command", "env": f"{container.path}.env",
                   "workdir": f"{container.path}.workingDir", "gpus": f"{container.path}.resources.nvidia.com/gpu",
                   "cpu_milli": f"{container.path}.resources.cpu", "mem_mib": f"{container.path}.resources.memory"}

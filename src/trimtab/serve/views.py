@@ -27,6 +27,8 @@ def job_json(row: JobRow, runs: list[RunRow] | None) -> dict[str, Any]:
         "preemptions": row.preemptions, "submit_s": row.submit_s, "first_start_s": row.first_start_s,
         "end_s": row.end_s, "exit_code": row.exit_code, "reason": row.reason,
         "cancel_requested": row.cancel_requested, "idempotency_key": row.idempotency_key,
+        "min_tasks": row.min_tasks, "max_tasks": row.max_tasks, "target_gpu_util": row.target_gpu_util,
+        "resizes": row.resizes,
         "runs": [run_json(r) for r in runs or []],
     }
 
