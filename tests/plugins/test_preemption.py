@@ -186,3 +186,14 @@ def test_the_checkpoint_window_is_validated():
 
     with pytest.raises(ValueError, match="checkpoint_window_s"):
         LowerOrder(checkpoint_window_s=900.0)
+
+
+def test_a_higher_priority_class_does_not_wait_for_the_checkpoint():
+    """The same long job, and at 4,000 s an 8-GPU job of a higher priority class: it evicts at once, 400 s after
+    the long job's checkpoint, window or not."""
+    profile = Profile.load("steady").model_copy(update={"args": {
+        "lower-order": {"min_runtime_s": 0, "key_depth": 2, "checkpoint_window_s": 60.0}}})
+    jobs = [job("long", 8, duration_s=20_000.0), job("urgent", 8, submit_s=4000.0, duration_s=100.0, priority=10)]
+    runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile,
+                                         SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False))["jobs"]}
+    assert runs["urgent"]["runs"][0]["start"] == 4000.0 and runs["long"]["runs"][0]["useful_s"] == 3600.0

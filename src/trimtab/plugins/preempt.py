@@ -31,7 +31,8 @@ class LowerOrder(Plugin):
     `checkpoint_window_s` of progress after a checkpoint (every `checkpoint_s` of progress, or the job's own
     interval; a resumed attempt makes progress `restart_s` after it starts), so an eviction loses at most that
     much progress; the others are spared until their next checkpoint, and the scheduler looks again then (at most
-    once every `checkpoint_window_s`: a victim stays eligible that long)."""
+    once every `checkpoint_window_s`: a victim stays eligible that long). A job of a higher priority class than
+    its victim does not wait for the checkpoint (a class above is urgent)."""
 
     def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None,
                  checkpoint_window_s: float | None = None, checkpoint_s: float = 600.0,
@@ -73,7 +74,7 @@ class LowerOrder(Plugin):
                     continue
                 if now_s - start_s < min_runtime_s:  # spared for now: the scheduler must look again when it ends
                     self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
-                elif window_s is None:
+                elif window_s is None or ctx.running[jid].job.priority < job.priority:
                     yield key, jid
                 else:
                     to_checkpoint_s = self._to_checkpoint_s(ctx.running[jid], now_s)
