@@ -197,3 +197,16 @@ def test_a_higher_priority_class_does_not_wait_for_the_checkpoint():
     runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile,
                                          SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False))["jobs"]}
     assert runs["urgent"]["runs"][0]["start"] == 4000.0 and runs["long"]["runs"][0]["useful_s"] == 3600.0
+
+
+def test_a_job_waits_for_checkpoints_at_most_one_interval():
+    """Two 4-GPU jobs whose checkpoints are 300 s apart (started at 0 s and 300 s) fill the node; an 8-GPU job
+    needs both, whose windows never meet: it waits one checkpoint interval, then evicts both at once."""
+    profile = Profile.load("las").model_copy(update={"args": {
+        "lower-order": {"min_runtime_s": 0, "checkpoint_window_s": 60.0}}})
+    jobs = [job("a", 4, duration_s=20_000.0), job("b", 4, submit_s=300.0, duration_s=20_000.0),
+            job("gang", 8, submit_s=4000.0, duration_s=100.0)]
+    config = SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False)
+    runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile, config)["jobs"]}
+    assert runs["gang"]["runs"][0]["start"] == 4600.0
+    assert {runs[v]["runs"][0]["outcome"] for v in "ab"} == {"preempted"}

@@ -31,8 +31,10 @@ class LowerOrder(Plugin):
     `checkpoint_window_s` of progress after a checkpoint (every `checkpoint_s` of progress, or the job's own
     interval; a resumed attempt makes progress `restart_s` after it starts), so an eviction loses at most that
     much progress; the others are spared until their next checkpoint, and the scheduler looks again then (at most
-    once every `checkpoint_window_s`: a victim stays eligible that long). A job of a higher priority class than
-    its victim does not wait for the checkpoint (a class above is urgent)."""
+    once every `checkpoint_window_s`: a victim stays eligible that long). A job waits so for at most one
+    `checkpoint_s` (every victim has passed a checkpoint by then; a gang that needs many victims at once may not
+    find them all in their windows together), then evicts as without the window. A job of a higher priority class
+    than its victim does not wait for the checkpoint (a class above is urgent)."""
 
     def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None,
                  checkpoint_window_s: float | None = None, checkpoint_s: float = 600.0,
@@ -51,6 +53,7 @@ class LowerOrder(Plugin):
         self.restart_s = float(restart_s)
         self.evictions: dict[str, int] = {}
         self._guard_ends_s = math.inf  # when the first job spared by a guard in this cycle may be a victim
+        self._waiting_since_s: dict[str, float] = {}  # jobs waiting for their victims' checkpoints: since when
 
     def open(self, ctx: CycleContext) -> None:
         self._guard_ends_s = math.inf
@@ -66,6 +69,10 @@ class LowerOrder(Plugin):
         first = bisect.bisect_right(ranked, key, key=lambda entry: entry[0][:depth])
         now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
         cap, evictions, window_s = self.max_evictions, self.evictions, self.checkpoint_window_s
+        if window_s is not None:
+            patience_ends_s = self._waiting_since_s.get(job.id, now_s) + self.checkpoint_s
+            window_s = window_s if now_s < patience_ends_s else None
+        spared: list[str] = []  # by the checkpoint window
 
         def worst_first() -> Iterator[tuple[tuple[Any, ...], str]]:
             for i in range(len(ranked) - 1, first - 1, -1):
@@ -81,9 +88,16 @@ class LowerOrder(Plugin):
                     if to_checkpoint_s <= 0.0:
                         yield key, jid
                     else:
+                        spared.append(jid)
                         self._guard_ends_s = min(self._guard_ends_s, now_s + max(to_checkpoint_s, window_s))
 
-        return fewest_victims(job, ctx, worst_first())
+        victims = fewest_victims(job, ctx, worst_first())
+        if victims is None and spared:
+            since_s = self._waiting_since_s.setdefault(job.id, now_s)
+            self._guard_ends_s = min(self._guard_ends_s, since_s + self.checkpoint_s)
+        elif victims is not None:
+            self._waiting_since_s.pop(job.id, None)
+        return victims
 
     def _to_checkpoint_s(self, run: RunningJob, now_s: float) -> float:
         """0 when `run` is within `checkpoint_window_s` of progress after its last checkpoint, else the seconds to
@@ -96,6 +110,9 @@ class LowerOrder(Plugin):
         return 0.0 if since_s <= self.checkpoint_window_s else step_s - since_s
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        if self._waiting_since_s:  # a job that started (its victims ended on their own) waits no longer
+            for started, _ in decision.starts:
+                self._waiting_since_s.pop(started.id, None)
         if self.max_evictions is not None:
             for victim in decision.preemptions:
                 self.evictions[victim] = self.evictions.get(victim, 0) + 1
