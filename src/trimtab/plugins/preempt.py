@@ -103,7 +103,9 @@ class LowerOrder(Plugin):
         """0 when `run` is within `checkpoint_window_s` of progress after its last checkpoint, else the seconds to
         its next checkpoint (progress at the reference speed: what a run without a speed model makes)."""
         assert self.checkpoint_window_s is not None
-        step_s = run.job.checkpoint_s or self.checkpoint_s
+        step_s = self.checkpoint_s if run.job.checkpoint_s is None else run.job.checkpoint_s
+        if step_s <= 0:
+            return 0.0  # a job that loses nothing when stopped (checkpoint_s 0) need not be waited for
         restart_s = self.restart_s if run.prior_attained_gpu_s > 0 else 0.0
         executed_s = run.prior_executed_s + max(now_s - run.start_s - restart_s, 0.0)
         since_s = executed_s - max(run.prior_executed_s, executed_s // step_s * step_s)
