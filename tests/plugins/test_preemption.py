@@ -163,3 +163,50 @@ def test_shares_are_freed_on_one_gpu():
     s.submit(Job("urgent", 1800.0, 1, Resources(gpu_milli=800), HOUR_S, priority=1000), 1800.0)
     d = s.cycle(1800.0)
     assert started(d) == ["urgent"] and len(d.preemptions) == 2
+
+
+@pytest.mark.parametrize(("window_s", "short_start_s", "long_kept_s"), [(None, 4000.0, 3600.0), (60.0, 4200.0, 4200.0)])
+def test_checkpoint_aware_victims_are_evicted_just_after_a_checkpoint(window_s, short_start_s, long_kept_s):
+    """One 8-GPU node, checkpoints every 600 s: a short job in LAS queue 0 arrives at 4,000 s, 400 s after the
+    running long job's last checkpoint. Without a window it evicts the long job at once (400 s of progress lost);
+    with a 60-s window the scheduler waits for the long job's next checkpoint (4,200 s) and evicts it then, losing
+    nothing."""
+    profile = Profile.load("las").model_copy(update={"args": {
+        "lower-order": {"min_runtime_s": 0, "checkpoint_window_s": window_s}}})
+    jobs = [job("long", 8, duration_s=20_000.0), job("short", 8, submit_s=4000.0, duration_s=100.0)]
+    runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile,
+                                         SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False))["jobs"]}
+    assert runs["short"]["runs"][0]["start"] == short_start_s
+    first = runs["long"]["runs"][0]
+    assert first["outcome"] == "preempted" and first["useful_s"] == long_kept_s
+
+
+def test_the_checkpoint_window_is_validated():
+    from trimtab.plugins.preempt import LowerOrder
+
+    with pytest.raises(ValueError, match="checkpoint_window_s"):
+        LowerOrder(checkpoint_window_s=900.0)
+
+
+def test_a_higher_priority_class_does_not_wait_for_the_checkpoint():
+    """The same long job, and at 4,000 s an 8-GPU job of a higher priority class: it evicts at once, 400 s after
+    the long job's checkpoint, window or not."""
+    profile = Profile.load("steady").model_copy(update={"args": {
+        "lower-order": {"min_runtime_s": 0, "key_depth": 2, "checkpoint_window_s": 60.0}}})
+    jobs = [job("long", 8, duration_s=20_000.0), job("urgent", 8, submit_s=4000.0, duration_s=100.0, priority=10)]
+    runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile,
+                                         SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False))["jobs"]}
+    assert runs["urgent"]["runs"][0]["start"] == 4000.0 and runs["long"]["runs"][0]["useful_s"] == 3600.0
+
+
+def test_a_job_waits_for_checkpoints_at_most_one_interval():
+    """Two 4-GPU jobs whose checkpoints are 300 s apart (started at 0 s and 300 s) fill the node; an 8-GPU job
+    needs both, whose windows never meet: it waits one checkpoint interval, then evicts both at once."""
+    profile = Profile.load("las").model_copy(update={"args": {
+        "lower-order": {"min_runtime_s": 0, "checkpoint_window_s": 60.0}}})
+    jobs = [job("a", 4, duration_s=20_000.0), job("b", 4, submit_s=300.0, duration_s=20_000.0),
+            job("gang", 8, submit_s=4000.0, duration_s=100.0)]
+    config = SimConfig(checkpoint_s=600.0, restart_s=30.0, timing=False)
+    runs = {r["id"]: r for r in simulate(nodes(1), jobs, profile, config)["jobs"]}
+    assert runs["gang"]["runs"][0]["start"] == 4600.0
+    assert {runs[v]["runs"][0]["outcome"] for v in "ab"} == {"preempted"}

@@ -22,6 +22,18 @@ def test_a_young_job_is_not_preempted_and_an_old_one_is() -> None:
     assert decision.preemptions == ["big"] and [j.id for j, _ in decision.starts] == ["new"]
 
 
+def test_inside_a_class_a_job_is_evicted_just_after_its_checkpoint() -> None:
+    """Checkpoints every 600 s of progress: at 2,000 s the old job is 200 s past one, so the new job waits; the
+    scheduler asks to be woken at the next one (2,400 s), and the new job evicts it then."""
+    sched = Scheduler(ClusterState(nodes(1)), "steady")
+    sched.submit(job("big", gpus=8, duration_s=100_000.0), 0.0)
+    sched.cycle(0.0)
+    sched.submit(job("new", gpus=4), 2000.0)
+    waiting = sched.cycle(2000.0)
+    assert waiting.preemptions == [] and waiting.wake_s == 2400.0
+    assert sched.cycle(2400.0).preemptions == ["big"]
+
+
 def test_a_higher_priority_class_preempts_a_lower_one_whatever_its_service() -> None:
     sched = Scheduler(ClusterState(nodes(1)), "steady")
     sched.submit(job("low", gpus=8, duration_s=100_000.0), 0.0)

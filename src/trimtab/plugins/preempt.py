@@ -16,7 +16,7 @@ import numpy as np
 
 from trimtab.model import Job
 from trimtab.plugins.victims import fewest_victims
-from trimtab.policy import CycleContext, Decision, Plugin
+from trimtab.policy import CycleContext, Decision, Plugin, RunningJob
 
 
 class LowerOrder(Plugin):
@@ -25,18 +25,35 @@ class LowerOrder(Plugin):
     decides between nodes before the number of victims does). With `[las, fifo]` and depth 1, a
     job preempts only jobs in a lower LAS queue, never one of its own queue (as in Tiresias). Anti-thrash guards
     (filters of the victims): a job that started less than `min_runtime_s` ago is spared, so a job is not stopped
-    before it got anything done; a job already evicted `max_evictions` times (None: no cap) is not evicted again."""
+    before it got anything done; a job already evicted `max_evictions` times (None: no cap) is not evicted again.
 
-    def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None) -> None:
+    Checkpoint-aware victims (`checkpoint_window_s`, None: off): a job is a victim only in the first
+    `checkpoint_window_s` of progress after a checkpoint (every `checkpoint_s` of progress, or the job's own
+    interval; a resumed attempt makes progress `restart_s` after it starts), so an eviction loses at most that
+    much progress; the others are spared until their next checkpoint, and the scheduler looks again then (at most
+    once every `checkpoint_window_s`: a victim stays eligible that long). A job waits so for at most one
+    `checkpoint_s` (every victim has passed a checkpoint by then; a gang that needs many victims at once may not
+    find them all in their windows together), then evicts as without the window. A job of a higher priority class
+    than its victim does not wait for the checkpoint (a class above is urgent)."""
+
+    def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None,
+                 checkpoint_window_s: float | None = None, checkpoint_s: float = 600.0,
+                 restart_s: float = 30.0) -> None:
         if key_depth < 1:
             raise ValueError("key_depth must be >= 1")
         if max_evictions is not None and max_evictions < 0:
             raise ValueError("max_evictions must be >= 0 (or null: no cap)")
+        if checkpoint_window_s is not None and not 0 < checkpoint_window_s <= checkpoint_s:
+            raise ValueError("checkpoint_window_s must be in (0, checkpoint_s] (or null: off)")
         self.min_runtime_s = float(min_runtime_s)
         self.key_depth = key_depth
         self.max_evictions = max_evictions
+        self.checkpoint_window_s = checkpoint_window_s
+        self.checkpoint_s = float(checkpoint_s)
+        self.restart_s = float(restart_s)
         self.evictions: dict[str, int] = {}
-        self._guard_ends_s = math.inf  # when the first job spared by min_runtime_s in this cycle may be a victim
+        self._guard_ends_s = math.inf  # when the first job spared by a guard in this cycle may be a victim
+        self._waiting_since_s: dict[str, float] = {}  # jobs waiting for their victims' checkpoints: since when
 
     def open(self, ctx: CycleContext) -> None:
         self._guard_ends_s = math.inf
@@ -51,21 +68,53 @@ class LowerOrder(Plugin):
             return None  # no running job is ordered after it (most attempts: a waiting job of the worst level)
         first = bisect.bisect_right(ranked, key, key=lambda entry: entry[0][:depth])
         now_s, min_runtime_s = ctx.now_s, self.min_runtime_s
-        cap, evictions = self.max_evictions, self.evictions
+        cap, evictions, window_s = self.max_evictions, self.evictions, self.checkpoint_window_s
+        if window_s is not None:
+            patience_ends_s = self._waiting_since_s.get(job.id, now_s) + self.checkpoint_s
+            window_s = window_s if now_s < patience_ends_s else None
+        spared: list[str] = []  # by the checkpoint window
 
         def worst_first() -> Iterator[tuple[tuple[Any, ...], str]]:
             for i in range(len(ranked) - 1, first - 1, -1):
                 key, start_s, jid = ranked[i]
                 if cap is not None and evictions.get(jid, 0) >= cap:
                     continue
-                if now_s - start_s >= min_runtime_s:
-                    yield key, jid
-                else:  # spared for now: the scheduler must look again when the guard ends
+                if now_s - start_s < min_runtime_s:  # spared for now: the scheduler must look again when it ends
                     self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
+                elif window_s is None or ctx.running[jid].job.priority < job.priority:
+                    yield key, jid
+                else:
+                    to_checkpoint_s = self._to_checkpoint_s(ctx.running[jid], now_s)
+                    if to_checkpoint_s <= 0.0:
+                        yield key, jid
+                    else:
+                        spared.append(jid)
+                        self._guard_ends_s = min(self._guard_ends_s, now_s + max(to_checkpoint_s, window_s))
 
-        return fewest_victims(job, ctx, worst_first())
+        victims = fewest_victims(job, ctx, worst_first())
+        if victims is None and spared:
+            since_s = self._waiting_since_s.setdefault(job.id, now_s)
+            self._guard_ends_s = min(self._guard_ends_s, since_s + self.checkpoint_s)
+        elif victims is not None:
+            self._waiting_since_s.pop(job.id, None)
+        return victims
+
+    def _to_checkpoint_s(self, run: RunningJob, now_s: float) -> float:
+        """0 when `run` is within `checkpoint_window_s` of progress after its last checkpoint, else the seconds to
+        its next checkpoint (progress at the reference speed: what a run without a speed model makes)."""
+        assert self.checkpoint_window_s is not None
+        step_s = self.checkpoint_s if run.job.checkpoint_s is None else run.job.checkpoint_s
+        if step_s <= 0:
+            return 0.0  # a job that loses nothing when stopped (checkpoint_s 0) need not be waited for
+        restart_s = self.restart_s if run.prior_attained_gpu_s > 0 else 0.0
+        executed_s = run.prior_executed_s + max(now_s - run.start_s - restart_s, 0.0)
+        since_s = executed_s - max(run.prior_executed_s, executed_s // step_s * step_s)
+        return 0.0 if since_s <= self.checkpoint_window_s else step_s - since_s
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        if self._waiting_since_s:  # a job that started (its victims ended on their own) waits no longer
+            for started, _ in decision.starts:
+                self._waiting_since_s.pop(started.id, None)
         if self.max_evictions is not None:
             for victim in decision.preemptions:
                 self.evictions[victim] = self.evictions.get(victim, 0) + 1
