@@ -232,54 +232,70 @@ class ClusterState:
     def _apply_whole(self, alloc: Allocation, sign: int, verb: str) -> None:
         """`_apply` for whole GPUs (or none) with no MIG partition on the cluster, node by node on scalars (an
         allocation spans few nodes): a whole GPU goes from idle to held and back, so no share row is copied and no
-        idle GPU recounted. The same checks, in the same order, as the general path."""
-        task, per_task = alloc.task, alloc.task.gpus
+        idle GPU recounted. The same checks, in the same order, as the general path: CPU on every node, memory on
+        every node, then the GPUs node by node; nothing changes before all pass."""
+        task = alloc.task
+        per_task, cpu_need, mem_need = task.gpus, task.cpu_milli * sign, task.mem_mib * sign
         nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
-        plain: list[tuple[np.ndarray, list[int]]] = []  # (free array, value per node after)
-        for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
-                                (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
+        pairs = list(zip(nodes, counts, strict=True))
+        for need, free, cap in ((cpu_need, self.free_cpu_milli, self.cap_cpu_milli),
+                                (mem_need, self.free_mem_mib, self.cap_mem_mib)):
             if need:
-                after = [free.item(node) + sign * need * count for node, count in zip(nodes, counts, strict=True)]
-                for node, value in zip(nodes, after, strict=True):
-                    if value < 0 or value > cap.item(node):
+                for node, count in pairs:
+                    if not 0 <= free.item(node) + need * count <= cap.item(node):
                         raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-                plain.append((free, after))
-        given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
         chosen: list[list[int]] = []
-        pos = 0
-        for node, count in zip(nodes, counts, strict=True) if per_task else ():
-            chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
-            pos += count * per_task
-        for free, after in plain:
-            for node, value in zip(nodes, after, strict=True):
-                free[node] = value
+        if per_task:
+            given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
+            pos = 0
+            for node, count in pairs:
+                chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
+                pos += count * per_task
+            if given is None:
+                object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
+        books = [self.tasks_running]
+        for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
+            if key:
+                per_node = book.get(key)
+                if per_node is None:
+                    per_node = book[key] = np.zeros(len(self.nodes), dtype=np.int64)
+                books.append(per_node)
+        free_cpu, free_mem, version = self.free_cpu_milli, self.free_mem_mib, self.version
+        for node, count in pairs:
+            if cpu_need:
+                free_cpu[node] = free_cpu.item(node) + cpu_need * count
+            if mem_need:
+                free_mem[node] = free_mem.item(node) + mem_need * count
+            for book in books:
+                book[node] = book.item(node) - sign * count
+            version[node] = version.item(node) + 1
+        if chosen:
+            self._take_whole(nodes, chosen, sign)
+
+    def _take_whole(self, nodes: list[int], chosen: list[list[int]], sign: int) -> None:
+        """Apply checked whole-GPU choices (`chosen[i]`: the GPUs of `nodes[i]`): held GPUs go to 0 free milli, given
+        back ones to 1000; the idle counts and free milli per node and the healthy free total follow."""
         milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
-        for node, gpus in zip(nodes, chosen, strict=False):  # chosen is empty for a task without GPUs
+        value = GPU_MILLI if sign > 0 else 0
+        for node, gpus in zip(nodes, chosen, strict=True):
             for gpu in gpus:
-                milli[node, gpu] = GPU_MILLI if sign > 0 else 0  # checked: a whole GPU, idle or held
+                milli[node, gpu] = value
             taken = sign * len(gpus)
             free_gpus[node] = free_gpus.item(node) + taken
             free_milli[node] = free_milli.item(node) + taken * GPU_MILLI
             if healthy.item(node):
                 self.free_gpus_total += taken
-        books = [self.tasks_running, self.version]
-        for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
-            if key:
-                books.append(book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64)))
-        for node, count in zip(nodes, counts, strict=True):
-            for k, book in enumerate(books):
-                book[node] = book.item(node) + (1 if k == 1 else -sign * count)  # version: one more
-        if given is None and per_task:
-            object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
 
     def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
                       ) -> list[int]:
         """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
         (taking, none given) the idle ones with the lowest index. No GPU holds a MIG slice (none is carved)."""
         width = self.cap_gpus.item(node)
-        free = self.gpu_free_milli[node, :width].tolist()
+        free = self.gpu_free_milli[node].tolist()
         if given is None:
             chosen = [g for g in range(width) if free[g] == GPU_MILLI][:need]
+            if len(chosen) == need:
+                return chosen  # idle GPUs: taking them is within bounds
         else:
             chosen = given[pos:pos + need]
             if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
