@@ -131,19 +131,21 @@ class ClusterState:
         last = self._last_fit
         if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
             return last[2].copy()
-        counts = np.full(len(self.nodes), _BIG, dtype=np.int64)
-        for need, free in ((task.cpu_milli, self.free_cpu_milli), (task.mem_mib, self.free_mem_mib)):
-            if need:
-                np.minimum(counts, free // need, out=counts)
+        # each bound is a fresh array: the first is the answer, the others are folded into it in place
+        bounds = [free // need for need, free in ((task.cpu_milli, self.free_cpu_milli),
+                                                  (task.mem_mib, self.free_mem_mib)) if need]
         if task.gpus:
-            np.minimum(counts, self.free_gpus // task.gpus, out=counts)
+            bounds.append(self.free_gpus // task.gpus)
         elif task.gpu_milli:
-            np.minimum(counts, (self.gpu_free_milli // task.gpu_milli).sum(axis=1), out=counts)
+            bounds.append((self.gpu_free_milli // task.gpu_milli).sum(axis=1))
         elif task.mig:
-            np.minimum(counts, self._mig_fit(task.mig), out=counts)
-        counts[~self.healthy] = 0
-        self._last_fit = (self.changes, task, counts.copy())
-        return counts
+            bounds.append(self._mig_fit(task.mig))
+        counts = bounds[0] if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
+        for bound in bounds[1:]:
+            np.minimum(counts, bound, out=counts)
+        np.multiply(counts, self.healthy, out=counts)  # 0 on unhealthy nodes
+        self._last_fit = (self.changes, task, counts)
+        return counts.copy()
 
     def _mig_fit(self, profile_name: str) -> np.ndarray:
         fit = np.zeros(len(self.nodes), dtype=np.int64)
