@@ -1,4 +1,4 @@
-"""ClusterState: free resources per node and per GPU (milli-GPU shares, MIG slices) as numpy arrays; Allocation; Txn.
+"""ClusterState: free resources per node and per GPU (milli-GPU shares, MIG slices) as numpy arrays; Allocation.
 
 Everything here is vectorised over nodes; the scheduler is the only writer."""
 
@@ -11,9 +11,11 @@ import numpy as np
 
 from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps, slice_starts
 from trimtab.model import Node, Resources
+from trimtab.txn import Txn
 
 _BIG = np.iinfo(np.int64).max
 GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
+_SHARE_SIZES_KEPT = 64  # share sizes whose per-node fit is kept (`_share_fit`): memory stays bounded on any trace
 def gpu_kind(task: Resources) -> str:
     """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
     if task.gpu_milli:
@@ -102,6 +104,7 @@ class ClusterState:
         # a cycle asks for twice in a row (placement, then a scorer or the victim search)
         self.changes = 0
         self._last_fit: tuple[int, Resources, np.ndarray] | None = None
+        self._share_fits: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see `_share_fit`
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -131,21 +134,40 @@ class ClusterState:
         last = self._last_fit
         if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
             return last[2].copy()
-        # each bound is a fresh array: the first is the answer, the others are folded into it in place
         bounds = [free // need for need, free in ((task.cpu_milli, self.free_cpu_milli),
                                                   (task.mem_mib, self.free_mem_mib)) if need]
         if task.gpus:
             bounds.append(self.free_gpus // task.gpus)
         elif task.gpu_milli:
-            bounds.append((self.gpu_free_milli // task.gpu_milli).sum(axis=1))
+            bounds.append(self._share_fit(task.gpu_milli))
         elif task.mig:
             bounds.append(self._mig_fit(task.mig))
-        counts = bounds[0] if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
-        for bound in bounds[1:]:
-            np.minimum(counts, bound, out=counts)
+        if len(bounds) > 1:
+            counts = np.minimum(bounds[0], bounds[1])
+            for bound in bounds[2:]:
+                np.minimum(counts, bound, out=counts)
+        else:  # copied: the share bound is kept
+            counts = bounds[0].copy() if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
         np.multiply(counts, self.healthy, out=counts)  # 0 on unhealthy nodes
         self._last_fit = (self.changes, task, counts)
         return counts.copy()
+
+    def _share_fit(self, milli: int) -> np.ndarray:
+        """Per node, how many shares of `milli` its GPUs take (the sum over GPUs of free // milli): kept per share
+        size with the node versions it was counted at, and recounted only on the nodes changed since (the share
+        matrix is the widest array a fit reads). Read-only for the caller."""
+        kept = self._share_fits.get(milli)
+        if kept is None:
+            if len(self._share_fits) >= _SHARE_SIZES_KEPT:
+                del self._share_fits[next(iter(self._share_fits))]  # the size kept longest
+            kept = self._share_fits[milli] = ((self.gpu_free_milli // milli).sum(axis=1), self.version.copy())
+            return kept[0]
+        fits, versions = kept
+        stale = np.flatnonzero(versions != self.version)
+        if stale.size:
+            fits[stale] = (self.gpu_free_milli[stale] // milli).sum(axis=1)
+            versions[stale] = self.version[stale]
+        return fits
 
     def _mig_fit(self, profile_name: str) -> np.ndarray:
         fit = np.zeros(len(self.nodes), dtype=np.int64)
@@ -450,63 +472,3 @@ class ClusterState:
     def txn(self) -> Txn:
         return Txn(self)
 
-
-class Txn:
-    """Tentative changes to a ClusterState, applied at once and undone by `discard`: allocations and releases (kept
-    by `commit`), and holds of idle GPUs (which end with the transaction, committed or not).
-
-    Use as a context manager: leaving the block without `commit()` discards, so a gang is never left half-placed."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self._state = state
-        self._log: list[tuple[int, Allocation]] = []
-        self._held: list[np.ndarray] = []
-        self._open = True
-
-    def allocate(self, alloc: Allocation) -> None:
-        self._check_open()
-        self._state.allocate(alloc)
-        self._log.append((-1, alloc))
-
-    def release(self, alloc: Allocation) -> None:
-        self._check_open()
-        self._state.release(alloc)
-        self._log.append((+1, alloc))
-
-    def hold_gpus(self, gpus: np.ndarray) -> None:
-        """Keep `gpus[i]` idle GPUs of node i (reserved for other jobs) out of reach of `fit_counts` until the end:
-        only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
-        self._check_open()
-        self._state.free_gpus -= gpus
-        self._state.changes += 1
-        self._held.append(gpus)
-
-    def commit(self) -> None:
-        self._check_open()
-        self._log.clear()  # the changes stay
-        self._end()
-
-    def discard(self) -> None:
-        if not self._open:
-            return
-        for sign, alloc in reversed(self._log):
-            self._state._apply(alloc, -sign)
-        self._log.clear()
-        self._end()
-
-    def _end(self) -> None:
-        for gpus in self._held:  # holds end with the transaction, committed or not
-            self._state.free_gpus += gpus
-            self._state.changes += 1
-        self._held.clear()
-        self._open = False
-
-    def _check_open(self) -> None:
-        if not self._open:
-            raise RuntimeError("transaction already committed or discarded")
-
-    def __enter__(self) -> Txn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.discard()
