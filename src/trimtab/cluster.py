@@ -208,9 +208,8 @@ class ClusterState:
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
         self.changes += 1
-        if not (task.gpu_milli or task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None
-                                                                    or not task.gpus):
-            self._apply_whole(alloc, sign, verb)
+        if not (task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None or not task.gpus):
+            self._apply_scalar(alloc, sign, verb)
             return
         plain: list[tuple[np.ndarray, np.ndarray]] = []
         for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
@@ -253,13 +252,13 @@ class ClusterState:
                 per_node[nodes] -= sign * counts
         self.version[nodes] += 1
 
-    def _apply_whole(self, alloc: Allocation, sign: int, verb: str) -> None:
-        """`_apply` for whole GPUs (or none) with no MIG partition on the cluster, node by node on scalars (an
-        allocation spans few nodes): a whole GPU goes from idle to held and back, so no share row is copied and no
-        idle GPU recounted. The same checks, in the same order, as the general path: CPU on every node, memory on
-        every node, then the GPUs node by node; nothing changes before all pass."""
+    def _apply_scalar(self, alloc: Allocation, sign: int, verb: str) -> None:
+        """`_apply` for whole GPUs, shares or no GPU with no MIG partition on the cluster, node by node on scalars
+        (an allocation spans few nodes): no share row is copied and no idle GPU recounted. The same checks, in the
+        same order, as the general path: CPU on every node, memory on every node, then the GPUs node by node;
+        nothing changes before all pass."""
         task = alloc.task
-        per_task, cpu_need, mem_need = task.gpus, task.cpu_milli * sign, task.mem_mib * sign
+        cpu_need, mem_need = task.cpu_milli * sign, task.mem_mib * sign
         nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
         pairs = list(zip(nodes, counts, strict=True))
         for need, free, cap in ((cpu_need, self.free_cpu_milli, self.cap_cpu_milli),
@@ -268,15 +267,15 @@ class ClusterState:
                 for node, count in pairs:
                     if not 0 <= free.item(node) + need * count <= cap.item(node):
                         raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-        chosen: list[list[int]] = []
-        if per_task:
+        rows: list[dict[int, tuple[int, int]]] = []  # per node: GPU -> free milli before and after
+        if task.gpus or task.gpu_milli:
             given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
-            pos = 0
+            chosen: list[int] = []
             for node, count in pairs:
-                chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
-                pos += count * per_task
+                choose = self._share_choice if task.gpu_milli else self._whole_choice
+                rows.append(choose(node, count, task, given, len(chosen), sign, verb, chosen))
             if given is None:
-                object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
+                object.__setattr__(alloc, "gpu_idx", np.array(chosen, dtype=np.int64))
         books = [self.tasks_running]
         for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
             if key:
@@ -293,40 +292,67 @@ class ClusterState:
             for book in books:
                 book[node] = book.item(node) - sign * count
             version[node] = version.item(node) + 1
-        if chosen:
-            self._take_whole(nodes, chosen, sign)
+        if rows:
+            self._write_gpus(nodes, rows)
 
-    def _take_whole(self, nodes: list[int], chosen: list[list[int]], sign: int) -> None:
-        """Apply checked whole-GPU choices (`chosen[i]`: the GPUs of `nodes[i]`): held GPUs go to 0 free milli, given
-        back ones to 1000; the idle counts and free milli per node and the healthy free total follow."""
+    def _write_gpus(self, nodes: list[int], rows: list[dict[int, tuple[int, int]]]) -> None:
+        """Apply checked GPU changes (`rows[i]`: GPU -> free milli before and after, on `nodes[i]`); the idle counts
+        and free milli per node and the healthy free total follow."""
         milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
-        value = GPU_MILLI if sign > 0 else 0
-        for node, gpus in zip(nodes, chosen, strict=True):
-            for gpu in gpus:
-                milli[node, gpu] = value
-            taken = sign * len(gpus)
-            free_gpus[node] = free_gpus.item(node) + taken
-            free_milli[node] = free_milli.item(node) + taken * GPU_MILLI
+        for node, changes in zip(nodes, rows, strict=True):
+            idle = moved = 0
+            for gpu, (before, after) in changes.items():
+                milli[node, gpu] = after
+                idle += (after == GPU_MILLI) - (before == GPU_MILLI)
+                moved += after - before
+            free_gpus[node] = free_gpus.item(node) + idle
+            free_milli[node] = free_milli.item(node) + moved
             if healthy.item(node):
-                self.free_gpus_total += taken
+                self.free_gpus_total += idle
 
-    def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
-                      ) -> list[int]:
-        """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
-        (taking, none given) the idle ones with the lowest index. No GPU holds a MIG slice (none is carved)."""
-        width = self.cap_gpus.item(node)
+    def _whole_choice(self, node: int, count: int, task: Resources, given: list[int] | None, pos: int, sign: int,
+                      verb: str, chosen: list[int]) -> dict[int, tuple[int, int]]:
+        """The whole GPUs of `node` that `count` tasks take or give back: `given[pos:...]`, checked, or (taking, none
+        given) the idle ones with the lowest index; appended to `chosen`, returned with their free milli before and
+        after. No GPU holds a MIG slice (none is carved)."""
+        need, width = count * task.gpus, self.cap_gpus.item(node)
         free = self.gpu_free_milli[node].tolist()
         if given is None:
-            chosen = [g for g in range(width) if free[g] == GPU_MILLI][:need]
-            if len(chosen) == need:
-                return chosen  # idle GPUs: taking them is within bounds
+            gpus = [g for g in range(width) if free[g] == GPU_MILLI][:need]
+            valid = len(gpus) == need  # idle GPUs: taking them is within bounds
         else:
-            chosen = given[pos:pos + need]
-            if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
-                chosen = []
-        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in chosen):
+            gpus = given[pos:pos + need]
+            valid = (len(gpus) == need and len(set(gpus)) == need and all(0 <= g < width for g in gpus)
+                     and all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in gpus))
+        if not valid:
             raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-        return chosen
+        chosen.extend(gpus)
+        return {g: (free[g], free[g] + sign * GPU_MILLI) for g in gpus}
+
+    def _share_choice(self, node: int, count: int, task: Resources, given: list[int] | None, pos: int, sign: int,
+                      verb: str, chosen: list[int]) -> dict[int, tuple[int, int]]:
+        """The GPU of each of `count` shares on `node`, task by task: `given[pos + k]`, checked, or (taking, none
+        given) the fullest GPU the share fits on, the lowest index among equals; appended to `chosen`, returned
+        with the free milli before and after of every GPU touched. No GPU holds a MIG slice (none is carved)."""
+        width, milli, name = self.cap_gpus.item(node), task.gpu_milli, self.nodes[node].name
+        row = self.gpu_free_milli[node].tolist()
+        before = {}
+        for k in range(count):
+            if given is None:
+                if sign > 0:
+                    raise ValueError("a share is released through the allocation that placed it (its gpu_idx)")
+                fits = [g for g in range(width) if row[g] >= milli]
+                if not fits:
+                    raise ValueError(f"allocation would {verb} node {name}")
+                gpu = min(fits, key=row.__getitem__)
+            else:
+                gpu = given[pos + k]
+                if not 0 <= gpu < width or not 0 <= row[gpu] + sign * milli <= GPU_MILLI:
+                    raise ValueError(f"allocation would {verb} node {name} (GPU {gpu})")
+            before.setdefault(gpu, row[gpu])
+            row[gpu] += sign * milli
+            chosen.append(gpu)
+        return {g: (free, row[g]) for g, free in before.items()}
 
     def _idle_count(self, nodes: np.ndarray) -> np.ndarray:
         rows = self.gpu_free_milli[nodes]
