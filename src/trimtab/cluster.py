@@ -148,7 +148,7 @@ class ClusterState:
                 np.minimum(counts, bound, out=counts)
         else:  # copied: the share bound is kept
             counts = bounds[0].copy() if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
-        np.multiply(counts, self.healthy, out=counts)  # 0 on unhealthy nodes
+        counts[~self.healthy] = 0
         self._last_fit = (self.changes, task, counts)
         return counts.copy()
 
