@@ -190,7 +190,8 @@ class _FragmentationPlacer(Plugin):
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
                    model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
         """The measure to keep low (per node state; `node_weight` is `node_weight()` of the state's node); the score
-        is its decrease."""
+        is its decrease. A class whose measure reads `cpu_left` otherwise than through the target's CPU checks sets
+        `cpu_by_step` False."""
         return target.frag_milli(cpu_left, gpu_left, model_ok)
 
     def to_score(self, delta: np.ndarray) -> np.ndarray:
