@@ -1,4 +1,4 @@
-"""ClusterState: free resources per node and per GPU (milli-GPU shares, MIG slices) as numpy arrays; Allocation; Txn.
+"""ClusterState: free resources per node and per GPU (milli-GPU shares, MIG slices) as numpy arrays; Allocation.
 
 Everything here is vectorised over nodes; the scheduler is the only writer."""
 
@@ -11,9 +11,11 @@ import numpy as np
 
 from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps, slice_starts
 from trimtab.model import Node, Resources
+from trimtab.txn import Txn
 
 _BIG = np.iinfo(np.int64).max
 GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
+_SHARE_SIZES_KEPT = 64  # share sizes whose per-node fit is kept (`_share_fit`): memory stays bounded on any trace
 def gpu_kind(task: Resources) -> str:
     """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
     if task.gpu_milli:
@@ -102,6 +104,7 @@ class ClusterState:
         # a cycle asks for twice in a row (placement, then a scorer or the victim search)
         self.changes = 0
         self._last_fit: tuple[int, Resources, np.ndarray] | None = None
+        self._share_fits: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see `_share_fit`
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -131,19 +134,40 @@ class ClusterState:
         last = self._last_fit
         if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
             return last[2].copy()
-        counts = np.full(len(self.nodes), _BIG, dtype=np.int64)
-        for need, free in ((task.cpu_milli, self.free_cpu_milli), (task.mem_mib, self.free_mem_mib)):
-            if need:
-                np.minimum(counts, free // need, out=counts)
+        bounds = [free // need for need, free in ((task.cpu_milli, self.free_cpu_milli),
+                                                  (task.mem_mib, self.free_mem_mib)) if need]
         if task.gpus:
-            np.minimum(counts, self.free_gpus // task.gpus, out=counts)
+            bounds.append(self.free_gpus // task.gpus)
         elif task.gpu_milli:
-            np.minimum(counts, (self.gpu_free_milli // task.gpu_milli).sum(axis=1), out=counts)
+            bounds.append(self._share_fit(task.gpu_milli))
         elif task.mig:
-            np.minimum(counts, self._mig_fit(task.mig), out=counts)
+            bounds.append(self._mig_fit(task.mig))
+        if len(bounds) > 1:
+            counts = np.minimum(bounds[0], bounds[1])
+            for bound in bounds[2:]:
+                np.minimum(counts, bound, out=counts)
+        else:  # copied: the share bound is kept
+            counts = bounds[0].copy() if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
         counts[~self.healthy] = 0
-        self._last_fit = (self.changes, task, counts.copy())
-        return counts
+        self._last_fit = (self.changes, task, counts)
+        return counts.copy()
+
+    def _share_fit(self, milli: int) -> np.ndarray:
+        """Per node, how many shares of `milli` its GPUs take (the sum over GPUs of free // milli): kept per share
+        size with the node versions it was counted at, and recounted only on the nodes changed since (the share
+        matrix is the widest array a fit reads). Read-only for the caller."""
+        kept = self._share_fits.get(milli)
+        if kept is None:
+            if len(self._share_fits) >= _SHARE_SIZES_KEPT:
+                del self._share_fits[next(iter(self._share_fits))]  # the size kept longest
+            kept = self._share_fits[milli] = ((self.gpu_free_milli // milli).sum(axis=1), self.version.copy())
+            return kept[0]
+        fits, versions = kept
+        stale = np.flatnonzero(versions != self.version)
+        if stale.size:
+            fits[stale] = (self.gpu_free_milli[stale] // milli).sum(axis=1)
+            versions[stale] = self.version[stale]
+        return fits
 
     def _mig_fit(self, profile_name: str) -> np.ndarray:
         fit = np.zeros(len(self.nodes), dtype=np.int64)
@@ -184,9 +208,8 @@ class ClusterState:
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
         self.changes += 1
-        if not (task.gpu_milli or task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None
-                                                                    or not task.gpus):
-            self._apply_whole(alloc, sign, verb)
+        if not (task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None or not task.gpus):
+            self._apply_scalar(alloc, sign, verb)
             return
         plain: list[tuple[np.ndarray, np.ndarray]] = []
         for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
@@ -229,64 +252,107 @@ class ClusterState:
                 per_node[nodes] -= sign * counts
         self.version[nodes] += 1
 
-    def _apply_whole(self, alloc: Allocation, sign: int, verb: str) -> None:
-        """`_apply` for whole GPUs (or none) with no MIG partition on the cluster, node by node on scalars (an
-        allocation spans few nodes): a whole GPU goes from idle to held and back, so no share row is copied and no
-        idle GPU recounted. The same checks, in the same order, as the general path."""
-        task, per_task = alloc.task, alloc.task.gpus
+    def _apply_scalar(self, alloc: Allocation, sign: int, verb: str) -> None:
+        """`_apply` for whole GPUs, shares or no GPU with no MIG partition on the cluster, node by node on scalars
+        (an allocation spans few nodes): no share row is copied and no idle GPU recounted. The same checks, in the
+        same order, as the general path: CPU on every node, memory on every node, then the GPUs node by node;
+        nothing changes before all pass."""
+        task = alloc.task
+        cpu_need, mem_need = task.cpu_milli * sign, task.mem_mib * sign
         nodes, counts = alloc.nodes.tolist(), alloc.counts.tolist()
-        plain: list[tuple[np.ndarray, list[int]]] = []  # (free array, value per node after)
-        for need, free, cap in ((task.cpu_milli, self.free_cpu_milli, self.cap_cpu_milli),
-                                (task.mem_mib, self.free_mem_mib, self.cap_mem_mib)):
+        pairs = list(zip(nodes, counts, strict=True))
+        for need, free, cap in ((cpu_need, self.free_cpu_milli, self.cap_cpu_milli),
+                                (mem_need, self.free_mem_mib, self.cap_mem_mib)):
             if need:
-                after = [free.item(node) + sign * need * count for node, count in zip(nodes, counts, strict=True)]
-                for node, value in zip(nodes, after, strict=True):
-                    if value < 0 or value > cap.item(node):
+                for node, count in pairs:
+                    if not 0 <= free.item(node) + need * count <= cap.item(node):
                         raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-                plain.append((free, after))
-        given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
-        chosen: list[list[int]] = []
-        pos = 0
-        for node, count in zip(nodes, counts, strict=True) if per_task else ():
-            chosen.append(self._whole_choice(node, count * per_task, given, pos, sign, verb))
-            pos += count * per_task
-        for free, after in plain:
-            for node, value in zip(nodes, after, strict=True):
-                free[node] = value
-        milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
-        for node, gpus in zip(nodes, chosen, strict=False):  # chosen is empty for a task without GPUs
-            for gpu in gpus:
-                milli[node, gpu] = GPU_MILLI if sign > 0 else 0  # checked: a whole GPU, idle or held
-            taken = sign * len(gpus)
-            free_gpus[node] = free_gpus.item(node) + taken
-            free_milli[node] = free_milli.item(node) + taken * GPU_MILLI
-            if healthy.item(node):
-                self.free_gpus_total += taken
-        books = [self.tasks_running, self.version]
+        rows: list[dict[int, tuple[int, int]]] = []  # per node: GPU -> free milli before and after
+        if task.gpus or task.gpu_milli:
+            given = None if alloc.gpu_idx is None else alloc.gpu_idx.tolist()
+            chosen: list[int] = []
+            for node, count in pairs:
+                choose = self._share_choice if task.gpu_milli else self._whole_choice
+                rows.append(choose(node, count, task, given, len(chosen), sign, verb, chosen))
+            if given is None:
+                object.__setattr__(alloc, "gpu_idx", np.array(chosen, dtype=np.int64))
+        books = [self.tasks_running]
         for book, key in ((self.qos_tasks, task.qos), (self.kind_tasks, gpu_kind(task))):
             if key:
-                books.append(book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64)))
-        for node, count in zip(nodes, counts, strict=True):
-            for k, book in enumerate(books):
-                book[node] = book.item(node) + (1 if k == 1 else -sign * count)  # version: one more
-        if given is None and per_task:
-            object.__setattr__(alloc, "gpu_idx", np.array([g for gpus in chosen for g in gpus], dtype=np.int64))
+                per_node = book.get(key)
+                if per_node is None:
+                    per_node = book[key] = np.zeros(len(self.nodes), dtype=np.int64)
+                books.append(per_node)
+        free_cpu, free_mem, version = self.free_cpu_milli, self.free_mem_mib, self.version
+        for node, count in pairs:
+            if cpu_need:
+                free_cpu[node] = free_cpu.item(node) + cpu_need * count
+            if mem_need:
+                free_mem[node] = free_mem.item(node) + mem_need * count
+            for book in books:
+                book[node] = book.item(node) - sign * count
+            version[node] = version.item(node) + 1
+        if rows:
+            self._write_gpus(nodes, rows)
 
-    def _whole_choice(self, node: int, need: int, given: list[int] | None, pos: int, sign: int, verb: str,
-                      ) -> list[int]:
-        """The `need` whole GPUs of `node` an allocation takes or gives back: `given[pos:pos + need]`, checked, or
-        (taking, none given) the idle ones with the lowest index. No GPU holds a MIG slice (none is carved)."""
-        width = self.cap_gpus.item(node)
-        free = self.gpu_free_milli[node, :width].tolist()
+    def _write_gpus(self, nodes: list[int], rows: list[dict[int, tuple[int, int]]]) -> None:
+        """Apply checked GPU changes (`rows[i]`: GPU -> free milli before and after, on `nodes[i]`); the idle counts
+        and free milli per node and the healthy free total follow."""
+        milli, free_gpus, free_milli, healthy = self.gpu_free_milli, self.free_gpus, self.free_gpu_milli, self.healthy
+        for node, changes in zip(nodes, rows, strict=True):
+            idle = moved = 0
+            for gpu, (before, after) in changes.items():
+                milli[node, gpu] = after
+                idle += (after == GPU_MILLI) - (before == GPU_MILLI)
+                moved += after - before
+            free_gpus[node] = free_gpus.item(node) + idle
+            free_milli[node] = free_milli.item(node) + moved
+            if healthy.item(node):
+                self.free_gpus_total += idle
+
+    def _whole_choice(self, node: int, count: int, task: Resources, given: list[int] | None, pos: int, sign: int,
+                      verb: str, chosen: list[int]) -> dict[int, tuple[int, int]]:
+        """The whole GPUs of `node` that `count` tasks take or give back: `given[pos:...]`, checked, or (taking, none
+        given) the idle ones with the lowest index; appended to `chosen`, returned with their free milli before and
+        after. No GPU holds a MIG slice (none is carved)."""
+        need, width = count * task.gpus, self.cap_gpus.item(node)
+        free = self.gpu_free_milli[node].tolist()
         if given is None:
-            chosen = [g for g in range(width) if free[g] == GPU_MILLI][:need]
+            gpus = [g for g in range(width) if free[g] == GPU_MILLI][:need]
+            valid = len(gpus) == need  # idle GPUs: taking them is within bounds
         else:
-            chosen = given[pos:pos + need]
-            if len(set(chosen)) != need or not all(0 <= g < width for g in chosen):
-                chosen = []
-        if len(chosen) != need or not all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in chosen):
+            gpus = given[pos:pos + need]
+            valid = (len(gpus) == need and len(set(gpus)) == need and all(0 <= g < width for g in gpus)
+                     and all(0 <= free[g] + sign * GPU_MILLI <= GPU_MILLI for g in gpus))
+        if not valid:
             raise ValueError(f"allocation would {verb} node {self.nodes[node].name}")
-        return chosen
+        chosen.extend(gpus)
+        return {g: (free[g], free[g] + sign * GPU_MILLI) for g in gpus}
+
+    def _share_choice(self, node: int, count: int, task: Resources, given: list[int] | None, pos: int, sign: int,
+                      verb: str, chosen: list[int]) -> dict[int, tuple[int, int]]:
+        """The GPU of each of `count` shares on `node`, task by task: `given[pos + k]`, checked, or (taking, none
+        given) the fullest GPU the share fits on, the lowest index among equals; appended to `chosen`, returned
+        with the free milli before and after of every GPU touched. No GPU holds a MIG slice (none is carved)."""
+        width, milli, name = self.cap_gpus.item(node), task.gpu_milli, self.nodes[node].name
+        row = self.gpu_free_milli[node].tolist()
+        before = {}
+        for k in range(count):
+            if given is None:
+                if sign > 0:
+                    raise ValueError("a share is released through the allocation that placed it (its gpu_idx)")
+                fits = [g for g in range(width) if row[g] >= milli]
+                if not fits:
+                    raise ValueError(f"allocation would {verb} node {name}")
+                gpu = min(fits, key=row.__getitem__)
+            else:
+                gpu = given[pos + k]
+                if not 0 <= gpu < width or not 0 <= row[gpu] + sign * milli <= GPU_MILLI:
+                    raise ValueError(f"allocation would {verb} node {name} (GPU {gpu})")
+            before.setdefault(gpu, row[gpu])
+            row[gpu] += sign * milli
+            chosen.append(gpu)
+        return {g: (free, row[g]) for g, free in before.items()}
 
     def _idle_count(self, nodes: np.ndarray) -> np.ndarray:
         rows = self.gpu_free_milli[nodes]
@@ -432,63 +498,3 @@ class ClusterState:
     def txn(self) -> Txn:
         return Txn(self)
 
-
-class Txn:
-    """Tentative changes to a ClusterState, applied at once and undone by `discard`: allocations and releases (kept
-    by `commit`), and holds of idle GPUs (which end with the transaction, committed or not).
-
-    Use as a context manager: leaving the block without `commit()` discards, so a gang is never left half-placed."""
-
-    def __init__(self, state: ClusterState) -> None:
-        self._state = state
-        self._log: list[tuple[int, Allocation]] = []
-        self._held: list[np.ndarray] = []
-        self._open = True
-
-    def allocate(self, alloc: Allocation) -> None:
-        self._check_open()
-        self._state.allocate(alloc)
-        self._log.append((-1, alloc))
-
-    def release(self, alloc: Allocation) -> None:
-        self._check_open()
-        self._state.release(alloc)
-        self._log.append((+1, alloc))
-
-    def hold_gpus(self, gpus: np.ndarray) -> None:
-        """Keep `gpus[i]` idle GPUs of node i (reserved for other jobs) out of reach of `fit_counts` until the end:
-        only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
-        self._check_open()
-        self._state.free_gpus -= gpus
-        self._state.changes += 1
-        self._held.append(gpus)
-
-    def commit(self) -> None:
-        self._check_open()
-        self._log.clear()  # the changes stay
-        self._end()
-
-    def discard(self) -> None:
-        if not self._open:
-            return
-        for sign, alloc in reversed(self._log):
-            self._state._apply(alloc, -sign)
-        self._log.clear()
-        self._end()
-
-    def _end(self) -> None:
-        for gpus in self._held:  # holds end with the transaction, committed or not
-            self._state.free_gpus += gpus
-            self._state.changes += 1
-        self._held.clear()
-        self._open = False
-
-    def _check_open(self) -> None:
-        if not self._open:
-            raise RuntimeError("transaction already committed or discarded")
-
-    def __enter__(self) -> Txn:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.discard()

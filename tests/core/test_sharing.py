@@ -89,7 +89,8 @@ requests = st.one_of(st.builds(lambda m, c: Resources(gpu_milli=m, cpu_milli=c),
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 2), requests, st.integers(1, 3)), max_size=40))
 def test_no_gpu_ever_holds_more_than_1000_milli(steps):
     """Any sequence of allocations (refused or not) and releases keeps every GPU within 0..1000 milli, the idle
-    count equal to the GPUs with nothing on them, and releasing everything restores the empty cluster."""
+    count equal to the GPUs with nothing on them, a share's fit equal to what the rows hold, and releasing
+    everything restores the empty cluster."""
     nodes = [Node(f"n{i}", Resources(g, 16_000, 1 << 16)) for i, g in enumerate((8, 2, 4))]
     state = ClusterState(nodes)
     held: list[Allocation] = []
@@ -112,6 +113,8 @@ def test_no_gpu_ever_holds_more_than_1000_milli(steps):
         assert state.free_gpus.tolist() == idle.tolist()
         assert state.free_gpu_milli.tolist() == rows.sum(axis=1).tolist()
         assert state.free_gpus_total == int(idle.sum())
+        for share in (250, 700):  # the fit of a share, kept per size across changes, is the rows' count
+            assert state.fit_counts(Resources(gpu_milli=share)).tolist() == (rows // share).sum(axis=1).tolist()
     for alloc in reversed(held):
         state.release(alloc)
     assert state.free_gpus.tolist() == [8, 2, 4]

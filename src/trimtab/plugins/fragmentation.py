@@ -3,8 +3,9 @@ against, and the placers that score and place by the fragmentation a placement a
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -49,6 +50,8 @@ class TargetWorkload:
         # as from_jobs gives) the sum is exact, so a state's value does not depend on the batch it is computed in
         self._weight, self._weight_total = w, float(w.sum())
         self.cpu_milli = np.array([k[0] for k in kinds], dtype=np.int64)
+        self.cpu_steps = np.unique(self.cpu_milli)  # the distinct CPU requests, ascending (see `cpu_step`)
+        self._cpu_steps = self.cpu_steps.tolist()
         self.count = np.array([k[1] for k in kinds], dtype=np.int64)
         self.milli = np.array([k[2] for k in kinds], dtype=np.int64)
         self.models = [k[3] for k in kinds]
@@ -83,6 +86,11 @@ class TargetWorkload:
             kept.append((kind, n))
             cum += n
         return cls([k for k, _ in kept], [n for _, n in kept], _constrained_share(counts.items()))
+
+    def cpu_step(self, cpu_left: int) -> int:
+        """How many of the workload's distinct CPU requests fit in `cpu_left`: states alike in it pass the same
+        CPU checks of `frag_milli`."""
+        return bisect_right(self._cpu_steps, cpu_left)
 
     def model_ok(self, cluster: ClusterState) -> np.ndarray:
         """[kind, node]: the kind may use the node's GPU model."""
@@ -147,6 +155,10 @@ class _FragmentationPlacer(Plugin):
     changed since (ClusterState.version). `place` takes the highest total score (ties at random) and the GPU that
     gave the node its score."""
 
+    # `node_value` reads a state's CPU left only through the target's CPU checks (as `frag_milli` does): states are
+    # then known by their `cpu_step` instead of their CPU, so far more of them recur
+    cpu_by_step: ClassVar[bool] = True
+
     def __init__(self, target: TargetWorkload | Sequence[Any] | None = None, popular: float = 0.95) -> None:
         self.popular = popular
         self.target = target if isinstance(target, TargetWorkload) or target is None else TargetWorkload(*target)
@@ -178,7 +190,8 @@ class _FragmentationPlacer(Plugin):
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
                    model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
         """The measure to keep low (per node state; `node_weight` is `node_weight()` of the state's node); the score
-        is its decrease."""
+        is its decrease. A class whose measure reads `cpu_left` otherwise than through the target's CPU checks sets
+        `cpu_by_step` False."""
         return target.frag_milli(cpu_left, gpu_left, model_ok)
 
     def to_score(self, delta: np.ndarray) -> np.ndarray:
@@ -245,50 +258,57 @@ class _FragmentationPlacer(Plugin):
                      cluster: ClusterState) -> None:
         """`_refresh` for a few nodes (the usual case: those changed since the kind was last scored) on Python
         scalars: the same states, measures (looked up per target, the unknown ones computed in one batch), scores
-        and choices, without the fixed cost of the array version."""
+        (one `to_score` call for all) and choices, without the fixed cost of the array version."""
         assert self._model_ok is not None and self._node_weight is not None
         known, share = self._known_few, task.gpu_milli
-        per_node: list[tuple[list[tuple[Any, ...]], list[bool]]] = []
+        # per node: its state now and, per GPU a share may take (one choice for whole GPUs), the state after or None
+        per_node: list[tuple[tuple[Any, ...], list[tuple[Any, ...] | None]]] = []
+        new: dict[tuple[Any, ...], tuple[int, int]] = {}  # unknown state -> a node and CPU left giving it
         for node in nodes:
             cpu, row = cluster.free_cpu_milli.item(node), cluster.gpu_free_milli[node].tolist()
-            options, feasible = [], []
-            if share:  # one option per GPU: the share on that GPU
+            kind, after = self._node_kind[node], cpu - task.cpu_milli
+            cpu_key, after_key = (target.cpu_step(cpu), target.cpu_step(after)) if self.cpu_by_step else (cpu, after)
+            if share:  # the share on each GPU it fits on: GPUs alike in free milli give the same state
+                by_free: dict[int, tuple[Any, ...]] = {}
                 for gpu, free in enumerate(row):
-                    options.append([*row[:gpu], free - share, *row[gpu + 1:]])
-                    feasible.append(free >= share)
+                    if free >= share and free not in by_free:
+                        by_free[free] = (after_key, tuple(sorted([*row[:gpu], free - share, *row[gpu + 1:]])), kind)
+                options = [by_free.get(free) for free in row]
             else:  # whole GPUs come from the idle ones with the lowest index (or none are asked)
                 idle = [gpu for gpu, free in enumerate(row) if free == GPU_MILLI][:task.gpus]
-                options.append([0 if gpu in idle else free for gpu, free in enumerate(row)])
-                feasible.append(True)
-            kind = self._node_kind[node]
-            states = [(cpu, tuple(sorted(row)), kind)]
-            states += [(cpu - task.cpu_milli, tuple(sorted(option)), kind) for option in options]
-            per_node.append((states, feasible))
-        new = {state: node for node, (states, _) in zip(nodes, per_node, strict=True) for state in states
-               if state not in known}
+                options = [(after_key, tuple(sorted(0 if gpu in idle else free for gpu, free in enumerate(row))), kind)]
+            now = (cpu_key, tuple(sorted(row)), kind)
+            per_node.append((now, options))
+            for state, cpu_left in ((now, cpu), *((option, after) for option in options)):
+                if state is not None and state not in known and state not in new:
+                    new[state] = (node, cpu_left)
         if new:
             ok, weight = self._model_ok.T, self._node_weight
-            rows = list(new.values())
-            values = self.node_value(target, np.array([st[0] for st in new]), np.array([st[1] for st in new]),
-                                     ok[rows], weight[rows])
+            rows = [node for node, _ in new.values()]
+            values = self.node_value(target, np.array([cpu for _, cpu in new.values()]),
+                                     np.array([st[1] for st in new]), ok[rows], weight[rows])
             known.update(zip(new, values.tolist(), strict=True))
-        for node, (states, feasible) in zip(nodes, per_node, strict=True):
-            now = known[states[0]]
-            scores = self.to_score(np.array([now - known[st] for st in states[1:]])).tolist()
-            scores = [score if ok else -1.0 for score, ok in zip(scores, feasible, strict=True)]
-            best = max(range(len(scores)), key=scores.__getitem__)  # the first of equals: lowest GPU index
-            cache.score[node] = max(scores[best], 0.0)
+        afters = [list(dict.fromkeys(option for option in options if option is not None)) for _, options in per_node]
+        scores = iter(self.to_score(np.array([known[now] - known[after] for (now, _), distinct
+                                              in zip(per_node, afters, strict=True) for after in distinct])).tolist())
+        for node, (_, options), distinct in zip(nodes, per_node, afters, strict=True):
+            score_of = {after: next(scores) for after in distinct}
+            per_gpu = [-1.0 if option is None else score_of[option] for option in options]
+            best = max(range(len(per_gpu)), key=per_gpu.__getitem__)  # the first of equals: lowest GPU index
+            cache.score[node] = max(per_gpu[best], 0.0)
             cache.gpu[node] = best if share else -1
             cache.version[node] = cluster.version.item(node)
 
     def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, ok: np.ndarray,
                 node_weight: np.ndarray) -> np.ndarray:
         """The measure of many states, each distinct state computed once for the target (states keyed by a 64-bit
-        hash of the CPU left, the sorted GPU left, the model mask and the node weight; the measure does not depend
-        on the order of GPUs, nor on the batch it is computed in): a node's few states recur, so most are known."""
+        hash of the CPU left (its `cpu_step` under `cpu_by_step`), the sorted GPU left, the model mask and the node
+        weight; the measure does not depend on the order of GPUs, nor on the batch it is computed in): a node's few
+        states recur, so most are known."""
         gpu = np.sort(gpu, axis=1)
+        cpu_key = np.searchsorted(target.cpu_steps, cpu, side="right") if self.cpu_by_step else cpu
         with np.errstate(over="ignore"):
-            key = cpu.astype(np.uint64) * _HASH[0]
+            key = cpu_key.astype(np.uint64) * _HASH[0]
             for g in range(gpu.shape[1]):
                 key = key * _HASH[1] + gpu[:, g].astype(np.uint64)
             key = key * _HASH[2] + (ok.astype(np.uint64) * _HASH[3][: ok.shape[1]]).sum(axis=1, dtype=np.uint64)
@@ -345,6 +365,8 @@ class SteadyPack(_FragmentationPlacer):
     r > 1), the model cannot serve them all: its free GPU milli counts against the node's value by r - 1
     (`TargetWorkload.oversubscription`), so taking it costs a request that could go elsewhere that much per milli.
     Both vanish on a workload without model constraints. See docs/placement.md."""
+
+    cpu_by_step = False  # the CPU left feeds GPUs in proportion
 
     def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
         return target.oversubscription(cluster)

@@ -10,6 +10,8 @@ from trimtab.cluster import Allocation
 from trimtab.model import Job
 from trimtab.policy import CycleContext, Plugin
 
+_BIG = np.iinfo(np.int64).max
+
 
 class Pack(Plugin):
     """The fewest nodes that hold the gang. A gang that fits on one node goes to the node it leaves with the fewest
@@ -18,19 +20,21 @@ class Pack(Plugin):
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         need = job.tasks
+        # best fit by idle GPUs; a share (which leaves idle GPUs alone) by the free milli-GPU of the node
+        free_all = ctx.cluster.free_gpu_milli if job.task.gpu_milli else ctx.cluster.free_gpus
+        holds = fit >= need
+        if holds.any():
+            if not score.any():  # no score to break ties: the first node of the fewest free, as the lexsort gives
+                node = int(np.argmin(np.where(holds, free_all, _BIG)))
+                return Allocation(np.array([node]), np.array([need]), job.task)
+            idx = np.flatnonzero(holds)
+            best = np.lexsort((idx, -score[idx], free_all[idx]))[0]
+            return Allocation(np.array([idx[best]]), np.array([need]), job.task)
         cand = np.flatnonzero(fit > 0)
         if cand.size == 0:
             return None
-        cand_fit = np.minimum(fit[cand], need)
-        slack = cand_fit - need  # < 0: cannot take the whole gang
-        # best fit by idle GPUs; a share (which leaves idle GPUs alone) by the free milli-GPU of the node
-        free = (ctx.cluster.free_gpu_milli if job.task.gpu_milli else ctx.cluster.free_gpus)[cand]
-        whole = slack >= 0
-        if whole.any():
-            idx = cand[whole]
-            # no score to break ties: the first node of the fewest free (idx ascends), as the lexsort gives
-            best = np.lexsort((idx, -score[idx], free[whole]))[0] if score.any() else np.argmin(free[whole])
-            return Allocation(np.array([idx[best]]), np.array([need]), job.task)
+        cand_fit = fit[cand]  # each below need: no node holds the gang
+        free = free_all[cand]
         order = np.lexsort((cand, -score[cand], -cand_fit))
         csum = np.cumsum(cand_fit[order])
         if csum[-1] < need:
