@@ -38,7 +38,7 @@ __all__ = [
 _HOMES = {
     "Allocation": "trimtab.cluster",
     "ClusterState": "trimtab.cluster",
-    "Txn": "trimtab.cluster",
+    "Txn": "trimtab.txn",
     "Job": "trimtab.model",
     "JobState": "trimtab.model",
     "Node": "trimtab.model",
