@@ -17,15 +17,14 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from lightkube import ApiError
 
-from trimtab.cluster import Allocation, ClusterState
 from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
+from trimtab.kube.view import ClusterView
 from trimtab.model import Job
 from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
@@ -90,6 +89,7 @@ class KubeScheduler:
         # what outlives a cycle's Scheduler (built afresh from each snapshot): the pods completed so far
         self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
+        self.view = ClusterView()  # the Ready nodes with the bound pods booked, kept between cycles
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
@@ -150,24 +150,19 @@ class KubeScheduler:
                         for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
-        scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
+        booked = self.view.update(snap.nodes, snap.holding)
+        scheduler = Scheduler(self.view.copy(), self._profile_for(snap))
         scheduler.history = list(self.history)
         scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
         self._shape_of = scheduler.shape
-        index = scheduler.cluster.index
-        holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
-        for job, node, start_s in snap.holding:
-            try:
-                scheduler.adopt(job, Allocation(np.array([index[node]]), np.ones(1, dtype=np.int64), job.task),
-                                start_s)
-                holders[job.id] = node
-            except ValueError:  # bound beyond what trimtab models (another scheduler's overcommit): skip it
-                continue
+        for job, alloc, start_s in booked:
+            scheduler.adopt(job, alloc, start_s, booked=True)
         for job in snap.pending:
             scheduler.submit(job, now_s)
         decision = scheduler.cycle(now_s)
         self.reasons.note(decision, scheduler.pending())
-        freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
+        victims = set(decision.preemptions)
+        freed_nodes = {node for job, node, _ in snap.holding if job.id in victims} if victims else set()
         self._evict_victims(decision.preemptions)
         acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
         binds: list[tuple[Job, list[str]]] = []
@@ -252,6 +247,8 @@ class KubeScheduler:
                           f"its node ({pod['spec'].get('nodeName')}), restarted whole", True)
 
     def _evict_victims(self, victims: list[str]) -> None:
+        if not victims:
+            return
         by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
         for job_id in victims:
             pod = by_uid.get(job_id.removeprefix("bound:"))

@@ -22,6 +22,7 @@ from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
 _TERMINAL = ("Succeeded", "Failed")
+HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
 TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
 
 
@@ -108,6 +109,7 @@ class SnapshotReader:
     def __init__(self, scheduler_name: str | None) -> None:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
+        self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
         # same pending pods, and reading one costs far more than comparing versions
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
@@ -189,10 +191,22 @@ class SnapshotReader:
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
         job = self._holding_jobs.get(uid)
         if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
-            containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
-                          for c in pod["spec"].get("containers") or []]
-            inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
-                     for c in pod["spec"].get("initContainers") or []]
+            task = self._holding_task(pod)
+            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
+            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
+            self._holding_jobs[uid] = job
+        return job
+
+    def _holding_task(self, pod: Obj) -> Resources:
+        """What a bound pod holds: the reader's task of its containers' requests, read once per distinct set of
+        requests (a bound pod is read afresh otherwise, and most pods of a cluster ask alike)."""
+        containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                      for c in pod["spec"].get("containers") or []]
+        inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                 for c in pod["spec"].get("initContainers") or []]
+        key = repr(([c["resources"] for c in containers], [c["resources"] for c in inits]))
+        task = self._holding_tasks.get(key)
+        if task is None:
             doc = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]},
                    "spec": {"containers": containers, "initContainers": inits}}
@@ -200,10 +214,10 @@ class SnapshotReader:
                 task = read_documents([(pod_key(pod), doc)]).jobs[0].task
             except FormatError:  # the API server took it; it holds nothing trimtab models
                 task = Resources()
-            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
-            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
-            self._holding_jobs[uid] = job
-        return job
+            if len(self._holding_tasks) >= HOLDING_TASKS:
+                self._holding_tasks.clear()
+            self._holding_tasks[key] = task
+        return task
 
     def _read_pending(self, out: Snapshot, mine: list[Obj], groups: list[Obj], classes: list[PriorityClass],
                       namespaces: Mapping[str, Obj], bound_in_group: Mapping[tuple[str, str], int]) -> None:
