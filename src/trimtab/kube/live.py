@@ -45,6 +45,8 @@ class CycleReport:
     pods at the start of the cycle."""
 
     seconds: float = 0.0
+    read_s: float = 0.0  # of `seconds`: reading the snapshot
+    write_s: float = 0.0  # of `seconds`: the API writes (bindings, evictions, reasons)
     scheduled: int = 0
     unschedulable: int = 0
     errors: int = 0
@@ -124,7 +126,8 @@ class KubeScheduler:
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s)
-        report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
+        report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes},
+                             read_s=time.perf_counter() - started)
         for job, node, _ in snap.holding:
             report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
         for job in snap.pending:
@@ -135,9 +138,15 @@ class KubeScheduler:
             self._restart_gang(gang, pods)
         if snap.pending:
             self._schedule(snap, now_s, report, reports)
+        written = time.perf_counter()
         self._report_all(reports)
         self.counters.cycles += 1
         report.seconds = time.perf_counter() - started
+        report.write_s += report.seconds - (written - started)
+        if snap.pending:
+            log.info("cycle: %d pending jobs, %d bound, %d unschedulable in %.3f s (read %.3f s, writes %.3f s)",
+                     len(snap.pending), report.scheduled, report.unschedulable, report.seconds, report.read_s,
+                     report.write_s)
         for observe in self.cycle_observers:
             observe(report)
         return report
@@ -163,6 +172,7 @@ class KubeScheduler:
         self.reasons.note(decision, scheduler.pending())
         victims = set(decision.preemptions)
         freed_nodes = {node for job, node, _ in snap.holding if job.id in victims} if victims else set()
+        wrote = time.perf_counter()
         self._evict_victims(decision.preemptions)
         acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
         binds: list[tuple[Job, list[str]]] = []
@@ -175,6 +185,7 @@ class KubeScheduler:
             else:
                 binds.append((job, nodes))
         self._bind_all(snap, binds, now_s, report)
+        report.write_s = time.perf_counter() - wrote
         for job in snap.pending:
             if job.id not in acted:
                 report.unschedulable += 1

@@ -21,6 +21,9 @@ from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
 from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
+# a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
+# PodGroup (namespace, name) and its status.startTime
+PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None]
 _TERMINAL = ("Succeeded", "Failed")
 HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
 TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
@@ -110,6 +113,8 @@ class SnapshotReader:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
+        # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
+        self._facts: dict[int, tuple[Obj, PodFacts]] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
         # same pending pods, and reading one costs far more than comparing versions
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
@@ -148,33 +153,41 @@ class SnapshotReader:
         members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' live members, lost with their node?
         mine: list[Obj] = []
         seen: set[str] = set()
-        name, mine_all = self.scheduler_name, self.scheduler_name is None
+        facts_cache, self._facts = self._facts, {}
         for pod in pods:
-            phase = (pod.get("status") or {}).get("phase")
-            node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
-            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
+            self._facts[id(pod)] = facts
+            uid, key, phase, node, deleting, ours, group, started = facts[1]
+            node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
-                if phase == "Succeeded" and pod["metadata"]["uid"] in self._holding_jobs:
-                    out.completed.append((self._holding_jobs[pod["metadata"]["uid"]], _run_s(pod)))
+                if phase == "Succeeded" and uid in self._holding_jobs:
+                    out.completed.append((self._holding_jobs[uid], _run_s(pod)))
                 continue
             if not node:
-                if mine_all or pod["spec"].get("schedulerName") == name:
+                if ours:
                     mine.append(pod)
                 continue
-            seen.add(pod["metadata"]["uid"])
-            group = pod_group(pod)
+            seen.add(uid)
             if group:
-                key = (pod["metadata"]["namespace"], group)
-                bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if (mine_all or pod["spec"].get("schedulerName") == name) and not deleting:
-                    members.setdefault(key, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
+                bound_in_group[group] = bound_in_group.get(group, 0) + 1
+                if ours and not deleting:
+                    members.setdefault(group, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
             if node in ready:
-                out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
+                out.holding.append((self._holding_job(pod), node, epoch_s(started)))
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
         for (ns, group), live in members.items():
             if any(lost for _, lost in live):
                 out.broken_gangs[f"{ns}/{group}"] = [pod for pod, _ in live]
         return mine, bound_in_group
+
+    def _pod_facts(self, pod: Obj) -> PodFacts:
+        """What `_read_bound` reads of one version of a pod (an informer replaces a pod's dict when it changes)."""
+        meta, spec = pod["metadata"], pod["spec"]
+        group = pod_group(pod)
+        return (meta["uid"], pod_key(pod), (pod.get("status") or {}).get("phase"), spec.get("nodeName"),
+                bool(meta.get("deletionTimestamp")),
+                self.scheduler_name is None or spec.get("schedulerName") == self.scheduler_name,
+                (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"))
 
     def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
         docs = [(f"PriorityClass {c['metadata']['name']}", c) for c in classes]
