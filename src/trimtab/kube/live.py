@@ -102,6 +102,7 @@ class KubeScheduler:
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
         self._events = ThreadPoolExecutor(1, thread_name_prefix="trimtab-kube-event")
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
+        self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
         self.view = ClusterView()  # the Ready nodes with the bound pods booked, kept between cycles
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
@@ -232,7 +233,9 @@ class KubeScheduler:
             for pod, node in zip(pods, nodes, strict=True):
                 self._assumed[pod_key(pod)] = (node, now_s)
                 self._reported.pop(pod["metadata"]["uid"], None)
-            self._submit(functools.partial(self._bind_gang, pods, job, nodes), functools.partial(self._bound, pods))
+            reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
+            self._submit(functools.partial(self._bind_gang, pods, job, nodes, reporting),
+                         functools.partial(self._bound, pods))
         report.binding += len(binds)
 
     def _bound(self, pods: list[Obj], bound: bool, report: CycleReport) -> None:
@@ -247,10 +250,12 @@ class KubeScheduler:
         for pod in pods:
             self._assumed.pop(pod_key(pod), None)
 
-    def _submit(self, write: Callable[[], bool], book: Callable[[bool, CycleReport], None]) -> None:
+    def _submit(self, write: Callable[[], bool], book: Callable[[bool, CycleReport], None]) -> Future[bool]:
         """Run `write` on a writer thread; `book(its answer, the report of the cycle that settles it)` runs on the
         cycle's thread once it is done."""
-        self._inflight.append((self._writes.submit(write), book))
+        future = self._writes.submit(write)
+        self._inflight.append((future, book))
+        return future
 
     def _settle(self, report: CycleReport, wait: bool) -> None:
         """Book the writes that are done (with `wait`: all of them, once done, and the Events they recorded)."""
@@ -266,10 +271,13 @@ class KubeScheduler:
         if wait:
             self._events.submit(lambda: None).result()  # one thread: every Event recorded before is out
 
-    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str]) -> bool:
+    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]]) -> bool:
         """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
         evict those already bound (the gang is tried again once they are gone). True: all bound. Runs on a writer
-        thread: API calls only."""
+        thread: API calls only. It first waits for the `reporting` writes of an earlier cycle (a pod's
+        Unschedulable condition written after its binding would contradict it); submitted earlier, they run
+        already, so no writer waits for one queued behind it."""
+        futures.wait(reporting)
         done: list[Obj] = []
         for pod, node in zip(pods, nodes, strict=True):
             meta = pod["metadata"]
@@ -324,8 +332,8 @@ class KubeScheduler:
             uid = pod["metadata"]["uid"]
             if self._reported.get(uid) != message:
                 self._reported[uid] = message
-                self._submit(functools.partial(self._write_report, pod, message),
-                             functools.partial(self._reported_back, uid, message))
+                self._reporting[uid] = self._submit(functools.partial(self._write_report, pod, message),
+                                                    functools.partial(self._reported_back, uid, message))
 
     def _write_report(self, pod: Obj, message: str) -> bool:
         meta = pod["metadata"]
@@ -335,6 +343,8 @@ class KubeScheduler:
         return True
 
     def _reported_back(self, uid: str, message: str, written: bool, report: CycleReport) -> None:
+        if self._reporting.get(uid) is not None and self._reporting[uid].done():
+            del self._reporting[uid]
         if written:
             self.counters.unschedulable += 1
         elif self._reported.get(uid) == message:
