@@ -4,7 +4,7 @@ already bound and --arrivals new one-GPU pods pending in each measured cycle (th
 pods bound, a few new ones per cycle). One JSON line: the median and worst of --cycles cycles.
 
 Usage (from the project root):
-    .venv/bin/python benchmarks/kube_cycle.py [--nodes 1000 --bound 8000 --arrivals 100 --cycles 5]"""
+    .venv/bin/python benchmarks/kube_cycle.py [--nodes 1000 --bound 6000 --arrivals 100 --cycles 5]"""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from trimtab.profile import Profile
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
-    parser.add_argument("--bound", type=int, default=8000)
+    parser.add_argument("--bound", type=int, default=6000)
     parser.add_argument("--arrivals", type=int, default=100)
     parser.add_argument("--cycles", type=int, default=5)
     parser.add_argument("--policy", default="reserve")

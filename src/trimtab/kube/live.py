@@ -139,10 +139,11 @@ class KubeScheduler:
         report = CycleReport()
         self._settle(report, wait=False)
         items = {name: informer.items() for name, informer in self.informers.items()}
-        self._expire_assumed(items["pods"], now_s)
+        self._expire_assumed(now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s)
+        self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started
         for job, node, _ in snap.holding:
@@ -354,12 +355,16 @@ class KubeScheduler:
         """An Event about `pod`, recorded on the Event thread (after the writes that matter to the cluster)."""
         self._events.submit(self._try, self.api.record_event, pod, reason, message, warning)
 
-    def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
-        """Forget assumed bindings the informer now shows (or that are too old), and reported messages of pods
-        that are gone or bound."""
-        bound = {pod_key(p) for p in pods if p["spec"].get("nodeName")}
-        self._assumed = {k: v for k, v in self._assumed.items() if k not in bound and now_s - v[1] < ASSUME_S}
-        waiting = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
+    def _expire_assumed(self, now_s: float) -> None:
+        """Forget assumed bindings the informer now shows bound (or gone), or that are too old."""
+        pods = self.informers["pods"]
+        self._assumed = {k: v for k, v in self._assumed.items() if now_s - v[1] < ASSUME_S
+                         and (pod := pods.get(k)) is not None and not pod["spec"].get("nodeName")}
+
+    def _forget_reports(self, snap: Snapshot) -> None:
+        """Forget the messages written on pods no longer waiting (gone, bound, or being bound)."""
+        waiting = {pod["metadata"]["uid"] for pods in snap.pods_of.values() for pod in pods}
+        waiting.update(pod["metadata"]["uid"] for pod, _ in snap.unreadable)
         self._reported = {uid: m for uid, m in self._reported.items() if uid in waiting}
 
     @staticmethod

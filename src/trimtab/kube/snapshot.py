@@ -118,7 +118,8 @@ class SnapshotReader:
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
         # same pending pods, and reading one costs far more than comparing versions
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
-        self._node_reads: dict[tuple[str, str, str], Node | None] = {}  # the same, of Ready nodes
+        # the same of Ready nodes, by what the reader reads of them (a node's heartbeats change its version only)
+        self._node_reads: dict[str, Node | None] = {}
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float) -> Snapshot:
@@ -134,8 +135,9 @@ class SnapshotReader:
         nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
         for doc in nodes:
             if node_ready(doc):
-                key = _version(doc)
-                node = node_cache[key] if key in node_cache else _read_node(doc)
+                read = _node_doc(doc)
+                key = repr(read)
+                node = node_cache[key] if key in node_cache else _read_node(read)
                 self._node_reads[key] = node
                 if node is not None:
                     out.nodes.append(node)
@@ -288,9 +290,10 @@ def _run_s(pod: Obj) -> float:
 
 
 def _read_node(doc: Obj) -> Node | None:
-    """The model Node of a Node object; None for one the reader cannot model (it takes no work from trimtab)."""
+    """The model Node of a Node object as `_node_doc` gives it; None for one the reader cannot model (it takes no
+    work from trimtab)."""
     try:
-        return read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes[0]
+        return read_documents([(f"Node {doc['metadata']['name']}", doc)]).nodes[0]
     except FormatError:
         return None
 
@@ -311,9 +314,10 @@ def _version(data: Obj) -> tuple[str, str, str]:
 
 
 def _node_doc(node: Obj) -> Obj:
-    """The fields of a Node the reader models (the rest would only be warned about)."""
-    spec = node.get("spec") or {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"],
+    """The fields of a Node the reader models (the rest would only be warned about, or change with every
+    heartbeat)."""
+    spec, meta = node.get("spec") or {}, node["metadata"]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
             "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
             "status": {k: v for k, v in (node.get("status") or {}).items() if k in ("allocatable", "capacity")}}
 
