@@ -36,7 +36,8 @@ log = logging.getLogger(__name__)
 
 ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
 HISTORY_JOBS = 2000  # completed pods kept for the policies that learn from them (qssf's predicted run time)
-WRITERS = 16  # a cycle's API writes in flight at once (kube-scheduler binds in goroutines, not one by one)
+WRITERS = 16  # bindings in flight at once (kube-scheduler binds in goroutines, not one by one)
+REPORTERS = 4  # Unschedulable conditions in flight at once, on threads of their own: bindings never wait behind them
 Obj = dict[str, Any]
 
 
@@ -100,6 +101,7 @@ class KubeScheduler:
         # what outlives a cycle's Scheduler (built afresh from each snapshot): the pods completed so far
         self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
+        self._reports = ThreadPoolExecutor(REPORTERS, thread_name_prefix="trimtab-kube-report")
         self._events = ThreadPoolExecutor(1, thread_name_prefix="trimtab-kube-event")
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
@@ -235,7 +237,7 @@ class KubeScheduler:
                 self._assumed[pod_key(pod)] = (node, now_s)
                 self._reported.pop(pod["metadata"]["uid"], None)
             reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
-            self._submit(functools.partial(self._bind_gang, pods, job, nodes, reporting),
+            self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting),
                          functools.partial(self._bound, pods))
         report.binding += len(binds)
 
@@ -251,10 +253,11 @@ class KubeScheduler:
         for pod in pods:
             self._assumed.pop(pod_key(pod), None)
 
-    def _submit(self, write: Callable[[], bool], book: Callable[[bool, CycleReport], None]) -> Future[bool]:
-        """Run `write` on a writer thread; `book(its answer, the report of the cycle that settles it)` runs on the
+    def _submit(self, pool: ThreadPoolExecutor, write: Callable[[], bool],
+                book: Callable[[bool, CycleReport], None]) -> Future[bool]:
+        """Run `write` on a thread of `pool`; `book(its answer, the report of the cycle that settles it)` runs on the
         cycle's thread once it is done."""
-        future = self._writes.submit(write)
+        future = pool.submit(write)
         self._inflight.append((future, book))
         return future
 
@@ -276,8 +279,7 @@ class KubeScheduler:
         """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
         evict those already bound (the gang is tried again once they are gone). True: all bound. Runs on a writer
         thread: API calls only. It first waits for the `reporting` writes of an earlier cycle (a pod's
-        Unschedulable condition written after its binding would contradict it); submitted earlier, they run
-        already, so no writer waits for one queued behind it."""
+        Unschedulable condition written after its binding would contradict it; they run on their own threads)."""
         futures.wait(reporting)
         done: list[Obj] = []
         for pod, node in zip(pods, nodes, strict=True):
@@ -333,7 +335,7 @@ class KubeScheduler:
             uid = pod["metadata"]["uid"]
             if self._reported.get(uid) != message:
                 self._reported[uid] = message
-                self._reporting[uid] = self._submit(functools.partial(self._write_report, pod, message),
+                self._reporting[uid] = self._submit(self._reports, functools.partial(self._write_report, pod, message),
                                                     functools.partial(self._reported_back, uid, message))
 
     def _write_report(self, pod: Obj, message: str) -> bool:

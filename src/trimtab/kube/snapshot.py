@@ -115,6 +115,8 @@ class SnapshotReader:
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
         # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
         self._facts: dict[int, tuple[Obj, PodFacts]] = {}
+        # the same of pending pods: `_pod_version`
+        self._pending_versions: dict[int, tuple[Obj, str]] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
         # same pending pods, and reading one costs far more than comparing versions
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
@@ -191,6 +193,17 @@ class SnapshotReader:
                 self.scheduler_name is None or spec.get("schedulerName") == self.scheduler_name,
                 (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"))
 
+    def _pod_version(self, pod: Obj, before: Mapping[int, tuple[Obj, str]]) -> str:
+        """What the reader reads of a pending pod (its metadata and spec), as a key: a write to its status (the
+        Unschedulable condition this scheduler writes) or the metadata the API server bumps with every write does
+        not make it read again. Computed once per version (dict) of the pod (`before`: the last snapshot's)."""
+        known = before.get(id(pod))
+        if known is None:
+            meta = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+            known = (pod, repr((meta, pod["spec"])))
+        self._pending_versions[id(pod)] = known
+        return known[1]
+
     def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
         docs = [(f"PriorityClass {c['metadata']['name']}", c) for c in classes]
         try:
@@ -245,6 +258,7 @@ class SnapshotReader:
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
         cache, self._unit_reads = self._unit_reads, {}
+        versions_before, self._pending_versions = self._pending_versions, {}
         for (ns, name), pods in units.items():
             docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p)) for p in pods]
             gang = not name.startswith("pod:")
@@ -252,7 +266,8 @@ class SnapshotReader:
                 docs.append((f"{ns}/{name}", _group_doc(group_docs[(ns, name)], bound_in_group.get((ns, name), 0))))
             if ns in namespaces:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
-            key = (tuple(_version(data) for _, data in docs), classes_key)
+            key = (tuple(self._pod_version(p, versions_before) for p in pods),
+                   tuple(_version(data) for _, data in docs[len(pods):]), classes_key)
             read = cache[key] if key in cache else _read_unit(docs, classes)
             self._unit_reads[key] = read
             if isinstance(read, str):
