@@ -78,16 +78,18 @@ class Scheduler:
         self._enqueue(job, now_s)
 
     def adopt(self, job: Job, alloc: Allocation, start_s: float, executed_s: float = 0.0,
-              attained_gpu_s: float = 0.0) -> None:
+              attained_gpu_s: float = 0.0, booked: bool = False) -> None:
         """Take in a job that is already running on `alloc` since `start_s` (a live service re-adopting its tasks
         after a restart): its resources are booked and it is treated like a job a cycle started. `executed_s` and
-        `attained_gpu_s` are what it had to its credit before this run."""
+        `attained_gpu_s` are what it had to its credit before this run. `booked`: the cluster this scheduler was
+        given already holds `alloc` (a view kept between cycles, trimtab.kube.view)."""
         if job.id in self.jobs and self.state.get(job.id) is not JobState.PENDING:
             raise ValueError(f"job {job.id!r} is already known as {self.state[job.id]}")
         if job.id in self._queue:
             self._dequeue(job.id)
         self._held.discard(job.id)
-        self.cluster.allocate(alloc)
+        if not booked:
+            self.cluster.allocate(alloc)
         self.jobs[job.id] = job
         self.state[job.id] = JobState.RUNNING
         self.running[job.id] = RunningJob(job, alloc, start_s, executed_s, attained_gpu_s)

@@ -3,6 +3,7 @@ how a gang binds whole or rolls back. The same against a real API server: test_k
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import pytest
@@ -266,3 +267,30 @@ def test_completed_pods_outlive_the_cycle_as_the_history_policies_learn_from() -
     sched.cycle(LATER_S + 1)
     sched.cycle(LATER_S + 2)  # recorded once
     assert [(job.tenant, job.gpus, run_s) for job, run_s in sched.history] == [("team-a", 2, 1800.0)]
+
+
+def test_bindings_run_on_while_the_next_cycle_decides() -> None:
+    """As kube-scheduler's: a pod being bound holds its node's GPUs in the cycles that run meanwhile."""
+    api = FakeApi()
+    answer = threading.Event()
+    bind = api.bind
+    api.bind = lambda *args: (answer.wait(10), bind(*args))[1]  # type: ignore[method-assign]  # a slow server
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4)])
+    sched.cycle(1e9, wait=False)
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("b", 4)])
+    report = sched.cycle(1e9 + 1, wait=False)
+    assert api.bound == {} and report.binding == 0 and report.unschedulable == 1
+    answer.set()
+    report = sched.cycle(1e9 + 2)
+    assert api.bound == {"default/a": "n1"} and report.scheduled == 1
+    assert "default/b" in api.unschedulable
+
+
+def test_a_gang_whose_binding_failed_is_pending_again_in_the_next_cycle() -> None:
+    api = FakeApi(refuse=("w1",))
+    members = [gpu_pod(f"w{i}", 4, group="train") for i in range(2)]
+    sched = scheduler(api, [gpu_node("n1", 8)], members, [pod_group("train", 2)])
+    assert sched.cycle(1e9).errors == 1
+    api.refuse = ()
+    assert sched.cycle(1e9 + 1).scheduled == 1
+    assert sorted(api.bound) == ["default/w0", "default/w1"]

@@ -58,6 +58,11 @@ class Informer:
         with self._lock:
             return list(self._objects.values())
 
+    def get(self, key: str) -> dict[str, Any] | None:
+        """The object of `key` (`object_key`), or None."""
+        with self._lock:
+            return self._objects.get(key)
+
     def _run(self) -> None:
         backoff_s = 0.0
         while not self._stop.is_set():

@@ -8,24 +8,25 @@ with an Event naming what blocked each pod it cannot place."""
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
 from lightkube import ApiError
 
-from trimtab.cluster import Allocation, ClusterState
 from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
+from trimtab.kube.view import ClusterView
 from trimtab.model import Job
 from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
@@ -35,17 +36,22 @@ log = logging.getLogger(__name__)
 
 ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
 HISTORY_JOBS = 2000  # completed pods kept for the policies that learn from them (qssf's predicted run time)
-WRITERS = 16  # a cycle's API writes in flight at once (kube-scheduler binds in goroutines, not one by one)
+WRITERS = 16  # bindings in flight at once (kube-scheduler binds in goroutines, not one by one)
+REPORTERS = 4  # Unschedulable conditions in flight at once, on threads of their own: bindings never wait behind them
 Obj = dict[str, Any]
 
 
 @dataclass(slots=True)
 class CycleReport:
-    """One cycle, for observers (metrics): its wall time; jobs bound whole, left pending (with the reason
-    written on their pods), rolled back; pending jobs per namespace; GPUs per Ready node, and those held by bound
+    """One cycle, for observers (metrics): its wall time; jobs bound whole and rolled back (the bindings that
+    ended since the last cycle: they run on while the next cycles decide), left pending (with the reason written
+    on their pods); pending jobs per namespace; GPUs per Ready node, and those held by bound
     pods at the start of the cycle."""
 
     seconds: float = 0.0
+    read_s: float = 0.0  # of `seconds`: reading the snapshot
+    write_s: float = 0.0  # of `seconds`: the API writes it waited for
+    binding: int = 0  # jobs whose bindings this cycle started (`scheduled` counts them once all are bound)
     scheduled: int = 0
     unschedulable: int = 0
     errors: int = 0
@@ -67,7 +73,12 @@ class Counters:
 
 class KubeScheduler:
     """Schedules the pods whose spec.schedulerName is the API's scheduler name. `run(stop)` blocks until `stop`
-    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly)."""
+    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly).
+
+    The API writes of a cycle run on writer threads while the next cycles decide, as kube-scheduler binds
+    asynchronously: a pod being bound is assumed bound (it holds its node's GPUs) until the informer shows it, or
+    forgotten if its gang's binding fails. Each write's outcome is booked on the cycle's thread, at the start of
+    the next cycle (`_settle`); Events go out on a thread of their own, behind the bindings."""
 
     def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
         self.api = api
@@ -90,6 +101,11 @@ class KubeScheduler:
         # what outlives a cycle's Scheduler (built afresh from each snapshot): the pods completed so far
         self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
+        self._reports = ThreadPoolExecutor(REPORTERS, thread_name_prefix="trimtab-kube-report")
+        self._events = ThreadPoolExecutor(1, thread_name_prefix="trimtab-kube-event")
+        self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
+        self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
+        self.view = ClusterView()  # the Ready nodes with the bound pods booked, kept between cycles
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
@@ -111,20 +127,27 @@ class KubeScheduler:
             time.sleep(self.batch_s)  # let a burst of events arrive before reading them
             self._wake.clear()
             try:
-                self.cycle(time.time())
+                self.cycle(time.time(), wait=False)
             except Exception:  # one bad cycle must not stop the scheduler; the next reads afresh
                 log.exception("scheduling cycle failed")
+        self._settle(CycleReport(), wait=True)
         for informer in self.informers.values():
             informer.stop()
 
-    def cycle(self, now_s: float) -> CycleReport:
+    def cycle(self, now_s: float, wait: bool = True) -> CycleReport:
+        """One cycle. With `wait`, it returns once its writes are done and booked (in its report); without, they
+        go on while the next cycle decides (`run`)."""
         started = time.perf_counter()
+        report = CycleReport()
+        self._settle(report, wait=False)
         items = {name: informer.items() for name, informer in self.informers.items()}
-        self._expire_assumed(items["pods"], now_s)
+        self._expire_assumed(now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s)
-        report = CycleReport(gpus_total={n.name: n.capacity.gpus for n in snap.nodes})
+        self._forget_reports(snap)
+        report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
+        report.read_s = time.perf_counter() - started
         for job, node, _ in snap.holding:
             report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
         for job in snap.pending:
@@ -135,9 +158,17 @@ class KubeScheduler:
             self._restart_gang(gang, pods)
         if snap.pending:
             self._schedule(snap, now_s, report, reports)
+        written = time.perf_counter()
         self._report_all(reports)
+        if wait:
+            self._settle(report, wait=True)
         self.counters.cycles += 1
         report.seconds = time.perf_counter() - started
+        report.write_s += report.seconds - (written - started)
+        if snap.pending:
+            log.info("cycle: %d pending jobs, binding %d, %d unschedulable in %.3f s (read %.3f s, writes %.3f s); "
+                     "%d writes in flight", len(snap.pending), report.binding, report.unschedulable, report.seconds,
+                     report.read_s, report.write_s, len(self._inflight))
         for observe in self.cycle_observers:
             observe(report)
         return report
@@ -150,24 +181,20 @@ class KubeScheduler:
                         for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
-        scheduler = Scheduler(ClusterState(snap.nodes), self._profile_for(snap))
+        booked = self.view.update(snap.nodes, snap.holding)
+        scheduler = Scheduler(self.view.copy(), self._profile_for(snap))
         scheduler.history = list(self.history)
         scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
         self._shape_of = scheduler.shape
-        index = scheduler.cluster.index
-        holders: dict[str, str] = {}  # holding job id -> its node (preemption victims)
-        for job, node, start_s in snap.holding:
-            try:
-                scheduler.adopt(job, Allocation(np.array([index[node]]), np.ones(1, dtype=np.int64), job.task),
-                                start_s)
-                holders[job.id] = node
-            except ValueError:  # bound beyond what trimtab models (another scheduler's overcommit): skip it
-                continue
+        for job, alloc, start_s in booked:
+            scheduler.adopt(job, alloc, start_s, booked=True)
         for job in snap.pending:
             scheduler.submit(job, now_s)
         decision = scheduler.cycle(now_s)
         self.reasons.note(decision, scheduler.pending())
-        freed_nodes = {holders[j] for j in decision.preemptions if j in holders}
+        victims = set(decision.preemptions)
+        freed_nodes = {node for job, node, _ in snap.holding if job.id in victims} if victims else set()
+        wrote = time.perf_counter()
         self._evict_victims(decision.preemptions)
         acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
         binds: list[tuple[Job, list[str]]] = []
@@ -180,6 +207,7 @@ class KubeScheduler:
             else:
                 binds.append((job, nodes))
         self._bind_all(snap, binds, now_s, report)
+        report.write_s = time.perf_counter() - wrote
         for job in snap.pending:
             if job.id not in acted:
                 report.unschedulable += 1
@@ -201,25 +229,58 @@ class KubeScheduler:
 
     def _bind_all(self, snap: Snapshot, binds: list[tuple[Job, list[str]]], now_s: float,
                   report: CycleReport) -> None:
-        """Bind a cycle's starts, WRITERS jobs at a time (each job's pods in order, all or none: `_bind_gang`);
-        the books (assumed bindings, counters) are kept here, on the cycle's thread."""
-        outcomes = self._writes.map(lambda start: self._bind_gang(snap.pods_of[start[0].id], *start), binds)
-        for (job, nodes), bound in zip(binds, outcomes, strict=True):
+        """Start binding a cycle's starts, WRITERS jobs at a time (each job's pods in order, all or none:
+        `_bind_gang`); their pods are assumed bound meanwhile."""
+        for job, nodes in binds:
             pods = snap.pods_of[job.id]
-            if not bound:
-                report.errors += 1
-                self.counters.gang_rollbacks += 1
-                continue
-            report.scheduled += 1
-            self.counters.bound += len(pods)
             for pod, node in zip(pods, nodes, strict=True):
                 self._assumed[pod_key(pod)] = (node, now_s)
                 self._reported.pop(pod["metadata"]["uid"], None)
+            reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
+            self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting),
+                         functools.partial(self._bound, pods))
+        report.binding += len(binds)
 
-    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str]) -> bool:
+    def _bound(self, pods: list[Obj], bound: bool, report: CycleReport) -> None:
+        """Book a gang's binding: all its pods bound, or none (they are no longer assumed: the next cycle reads
+        them pending again)."""
+        if bound:
+            report.scheduled += 1
+            self.counters.bound += len(pods)
+            return
+        report.errors += 1
+        self.counters.gang_rollbacks += 1
+        for pod in pods:
+            self._assumed.pop(pod_key(pod), None)
+
+    def _submit(self, pool: ThreadPoolExecutor, write: Callable[[], bool],
+                book: Callable[[bool, CycleReport], None]) -> Future[bool]:
+        """Run `write` on a thread of `pool`; `book(its answer, the report of the cycle that settles it)` runs on the
+        cycle's thread once it is done."""
+        future = pool.submit(write)
+        self._inflight.append((future, book))
+        return future
+
+    def _settle(self, report: CycleReport, wait: bool) -> None:
+        """Book the writes that are done (with `wait`: all of them, once done, and the Events they recorded)."""
+        if wait:
+            futures.wait([future for future, _ in self._inflight])
+        still: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []
+        for future, book in self._inflight:
+            if future.done():
+                book(future.result(), report)
+            else:
+                still.append((future, book))
+        self._inflight = still
+        if wait:
+            self._events.submit(lambda: None).result()  # one thread: every Event recorded before is out
+
+    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]]) -> bool:
         """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
         evict those already bound (the gang is tried again once they are gone). True: all bound. Runs on a writer
-        thread: API calls only."""
+        thread: API calls only. It first waits for the `reporting` writes of an earlier cycle (a pod's
+        Unschedulable condition written after its binding would contradict it; they run on their own threads)."""
+        futures.wait(reporting)
         done: list[Obj] = []
         for pod, node in zip(pods, nodes, strict=True):
             meta = pod["metadata"]
@@ -230,7 +291,7 @@ class KubeScheduler:
                 return False
             done.append(pod)
         for pod, node in zip(pods, nodes, strict=True):
-            self._try(self.api.record_event, pod, "Scheduled", f"Successfully assigned {pod_key(pod)} to {node}")
+            self._record(pod, "Scheduled", f"Successfully assigned {pod_key(pod)} to {node}")
         return True
 
     def _roll_back(self, job: Job, done: list[Obj], failed: Obj, exc: ApiError) -> None:
@@ -238,8 +299,7 @@ class KubeScheduler:
         log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
         for pod in done:
             self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self._try(self.api.record_event, pod, "FailedScheduling",
-                      f"trimtab: gang {job.id} rolled back: {why}", True)
+            self._record(pod, "FailedScheduling", f"trimtab: gang {job.id} rolled back: {why}", True)
 
     def _restart_gang(self, gang: str, pods: list[dict[str, Any]]) -> None:
         """A gang that lost a member with its node: evict every member, so its controller recreates the gang
@@ -248,17 +308,18 @@ class KubeScheduler:
         for pod in pods:
             if self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
                 self.counters.evicted += 1
-                self._try(self.api.record_event, pod, "GangRestarted", f"trimtab: gang {gang} lost a member with "
-                          f"its node ({pod['spec'].get('nodeName')}), restarted whole", True)
+                self._record(pod, "GangRestarted", f"trimtab: gang {gang} lost a member with its node "
+                             f"({pod['spec'].get('nodeName')}), restarted whole", True)
 
     def _evict_victims(self, victims: list[str]) -> None:
+        if not victims:
+            return
         by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
         for job_id in victims:
             pod = by_uid.get(job_id.removeprefix("bound:"))
             if pod is not None and self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
                 self.counters.evicted += 1
-                self._try(self.api.record_event, pod, "Preempted", "trimtab: preempted by a higher-priority job",
-                          True)
+                self._record(pod, "Preempted", "trimtab: preempted by a higher-priority job", True)
 
     def _nominate(self, snap: Snapshot, job: Job, nodes: list[str]) -> None:
         for pod, node in zip(snap.pods_of[job.id], nodes, strict=True):
@@ -269,27 +330,43 @@ class KubeScheduler:
 
     def _report_all(self, reports: list[tuple[Obj, str]]) -> None:
         """PodScheduled=False / Unschedulable with each message, and a FailedScheduling Event, once per message
-        (a pod whose message has not changed is not written again); WRITERS pods at a time."""
-        todo = [(pod, message) for pod, message in reports if self._reported.get(pod["metadata"]["uid"]) != message]
-        for (pod, message), written in zip(todo, self._writes.map(lambda t: self._write_report(*t), todo),
-                                           strict=True):
-            if written:
-                self._reported[pod["metadata"]["uid"]] = message
-                self.counters.unschedulable += 1
+        (a pod whose message has not changed is not written again; one whose write failed is, next cycle)."""
+        for pod, message in reports:
+            uid = pod["metadata"]["uid"]
+            if self._reported.get(uid) != message:
+                self._reported[uid] = message
+                self._reporting[uid] = self._submit(self._reports, functools.partial(self._write_report, pod, message),
+                                                    functools.partial(self._reported_back, uid, message))
 
     def _write_report(self, pod: Obj, message: str) -> bool:
         meta = pod["metadata"]
         if not self._try(self.api.mark_unschedulable, meta["namespace"], meta["name"], message):
             return False
-        self._try(self.api.record_event, pod, "FailedScheduling", message, True)
+        self._record(pod, "FailedScheduling", message, True)
         return True
 
-    def _expire_assumed(self, pods: list[dict[str, Any]], now_s: float) -> None:
-        """Forget assumed bindings the informer now shows (or that are too old), and reported messages of pods
-        that are gone or bound."""
-        bound = {pod_key(p) for p in pods if p["spec"].get("nodeName")}
-        self._assumed = {k: v for k, v in self._assumed.items() if k not in bound and now_s - v[1] < ASSUME_S}
-        waiting = {p["metadata"]["uid"] for p in pods if not p["spec"].get("nodeName")}
+    def _reported_back(self, uid: str, message: str, written: bool, report: CycleReport) -> None:
+        if self._reporting.get(uid) is not None and self._reporting[uid].done():
+            del self._reporting[uid]
+        if written:
+            self.counters.unschedulable += 1
+        elif self._reported.get(uid) == message:
+            del self._reported[uid]
+
+    def _record(self, pod: Obj, reason: str, message: str, warning: bool = False) -> None:
+        """An Event about `pod`, recorded on the Event thread (after the writes that matter to the cluster)."""
+        self._events.submit(self._try, self.api.record_event, pod, reason, message, warning)
+
+    def _expire_assumed(self, now_s: float) -> None:
+        """Forget assumed bindings the informer now shows bound (or gone), or that are too old."""
+        pods = self.informers["pods"]
+        self._assumed = {k: v for k, v in self._assumed.items() if now_s - v[1] < ASSUME_S
+                         and (pod := pods.get(k)) is not None and not pod["spec"].get("nodeName")}
+
+    def _forget_reports(self, snap: Snapshot) -> None:
+        """Forget the messages written on pods no longer waiting (gone, bound, or being bound)."""
+        waiting = {pod["metadata"]["uid"] for pods in snap.pods_of.values() for pod in pods}
+        waiting.update(pod["metadata"]["uid"] for pod, _ in snap.unreadable)
         self._reported = {uid: m for uid, m in self._reported.items() if uid in waiting}
 
     @staticmethod

@@ -22,7 +22,11 @@ from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
 from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
+# a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
+# PodGroup (namespace, name) and its status.startTime
+PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None]
 _TERMINAL = ("Succeeded", "Failed")
+HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
 TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
 
 
@@ -123,10 +127,16 @@ class SnapshotReader:
     def __init__(self, scheduler_name: str | None) -> None:
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
+        self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
+        # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
+        self._facts: dict[int, tuple[Obj, PodFacts]] = {}
+        # the same of pending pods: `_pod_version`
+        self._pending_versions: dict[int, tuple[Obj, str]] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
         # same pending pods, and reading one costs far more than comparing versions
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
-        self._node_reads: dict[tuple[str, str, str], Node | None] = {}  # the same, of Ready nodes
+        # the same of Ready nodes, by what the reader reads of them (a node's heartbeats change its version only)
+        self._node_reads: dict[str, Node | None] = {}
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float) -> Snapshot:
@@ -142,8 +152,9 @@ class SnapshotReader:
         nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
         for doc in nodes:
             if node_ready(doc):
-                key = _version(doc)
-                node = node_cache[key] if key in node_cache else _read_node(doc)
+                read = _node_doc(doc)
+                key = repr(read)
+                node = node_cache[key] if key in node_cache else _read_node(read)
                 self._node_reads[key] = node
                 if node is not None:
                     out.nodes.append(node)
@@ -161,35 +172,54 @@ class SnapshotReader:
         members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' bound members, lost with their node?
         mine: list[Obj] = []
         seen: set[str] = set()
-        name, mine_all = self.scheduler_name, self.scheduler_name is None
+        facts_cache, self._facts = self._facts, {}
         for pod in pods:
-            phase = (pod.get("status") or {}).get("phase")
-            node = pod["spec"].get("nodeName") or assumed.get(pod_key(pod))
-            deleting = bool(pod["metadata"].get("deletionTimestamp"))
+            facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
+            self._facts[id(pod)] = facts
+            uid, key, phase, node, deleting, ours, group, started = facts[1]
+            node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
-                if phase == "Succeeded" and pod["metadata"]["uid"] in self._holding_jobs:
-                    out.completed.append((self._holding_jobs[pod["metadata"]["uid"]], _run_s(pod)))
+                if phase == "Succeeded" and uid in self._holding_jobs:
+                    out.completed.append((self._holding_jobs[uid], _run_s(pod)))
                 continue
             if not node:
-                if mine_all or pod["spec"].get("schedulerName") == name:
+                if ours:
                     mine.append(pod)
                 continue
-            seen.add(pod["metadata"]["uid"])
-            group = pod_group(pod)
+            seen.add(uid)
             if group:
-                key = (pod["metadata"]["namespace"], group)
                 if not deleting:  # a member on its way out (a restarted gang's, on a dead node) is not a member
-                    bound_in_group[key] = bound_in_group.get(key, 0) + 1
-                if mine_all or pod["spec"].get("schedulerName") == name:
-                    members.setdefault(key, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
+                    bound_in_group[group] = bound_in_group.get(group, 0) + 1
+                if ours:
+                    members.setdefault(group, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
             if node in ready:
-                out.holding.append((self._holding_job(pod), node, epoch_s((pod.get("status") or {}).get("startTime"))))
+                out.holding.append((self._holding_job(pod), node, epoch_s(started)))
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
         for (ns, group), bound in members.items():
             restart = _members_to_restart(bound)
             if restart:
                 out.broken_gangs[f"{ns}/{group}"] = restart
         return mine, bound_in_group
+
+    def _pod_facts(self, pod: Obj) -> PodFacts:
+        """What `_read_bound` reads of one version of a pod (an informer replaces a pod's dict when it changes)."""
+        meta, spec = pod["metadata"], pod["spec"]
+        group = pod_group(pod)
+        return (meta["uid"], pod_key(pod), (pod.get("status") or {}).get("phase"), spec.get("nodeName"),
+                bool(meta.get("deletionTimestamp")),
+                self.scheduler_name is None or spec.get("schedulerName") == self.scheduler_name,
+                (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"))
+
+    def _pod_version(self, pod: Obj, before: Mapping[int, tuple[Obj, str]]) -> str:
+        """What the reader reads of a pending pod (its metadata and spec), as a key: a write to its status (the
+        Unschedulable condition this scheduler writes) or the metadata the API server bumps with every write does
+        not make it read again. Computed once per version (dict) of the pod (`before`: the last snapshot's)."""
+        known = before.get(id(pod))
+        if known is None:
+            meta = {k: v for k, v in pod["metadata"].items() if k not in ("resourceVersion", "managedFields")}
+            known = (pod, repr((meta, pod["spec"])))
+        self._pending_versions[id(pod)] = known
+        return known[1]
 
     def _classes(self, classes: Iterable[Obj]) -> list[PriorityClass]:
         docs = [(f"PriorityClass {c['metadata']['name']}", c) for c in classes]
@@ -206,10 +236,22 @@ class SnapshotReader:
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
         job = self._holding_jobs.get(uid)
         if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
-            containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
-                          for c in pod["spec"].get("containers") or []]
-            inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
-                     for c in pod["spec"].get("initContainers") or []]
+            task = self._holding_task(pod)
+            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
+            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
+            self._holding_jobs[uid] = job
+        return job
+
+    def _holding_task(self, pod: Obj) -> Resources:
+        """What a bound pod holds: the reader's task of its containers' requests, read once per distinct set of
+        requests (a bound pod is read afresh otherwise, and most pods of a cluster ask alike)."""
+        containers = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                      for c in pod["spec"].get("containers") or []]
+        inits = [{"name": c.get("name", "c"), "resources": c.get("resources") or {}}
+                 for c in pod["spec"].get("initContainers") or []]
+        key = repr(([c["resources"] for c in containers], [c["resources"] for c in inits]))
+        task = self._holding_tasks.get(key)
+        if task is None:
             doc = {"apiVersion": "v1", "kind": "Pod",
                    "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]},
                    "spec": {"containers": containers, "initContainers": inits}}
@@ -217,10 +259,10 @@ class SnapshotReader:
                 task = read_documents([(pod_key(pod), doc)]).jobs[0].task
             except FormatError:  # the API server took it; it holds nothing trimtab models
                 task = Resources()
-            priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
-            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
-            self._holding_jobs[uid] = job
-        return job
+            if len(self._holding_tasks) >= HOLDING_TASKS:
+                self._holding_tasks.clear()
+            self._holding_tasks[key] = task
+        return task
 
     def _read_pending(self, out: Snapshot, mine: list[Obj], groups: list[Obj], classes: list[PriorityClass],
                       namespaces: Mapping[str, Obj], bound_in_group: Mapping[tuple[str, str], int]) -> None:
@@ -233,6 +275,7 @@ class SnapshotReader:
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
         cache, self._unit_reads = self._unit_reads, {}
+        versions_before, self._pending_versions = self._pending_versions, {}
         for (ns, name), pods in units.items():
             docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p)) for p in pods]
             gang = not name.startswith("pod:")
@@ -240,7 +283,8 @@ class SnapshotReader:
                 docs.append((f"{ns}/{name}", _group_doc(group_docs[(ns, name)], bound_in_group.get((ns, name), 0))))
             if ns in namespaces:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
-            key = (tuple(_version(data) for _, data in docs), classes_key)
+            key = (tuple(self._pod_version(p, versions_before) for p in pods),
+                   tuple(_version(data) for _, data in docs[len(pods):]), classes_key)
             read = cache[key] if key in cache else _read_unit(docs, classes)
             self._unit_reads[key] = read
             if isinstance(read, str):
@@ -278,9 +322,10 @@ def _run_s(pod: Obj) -> float:
 
 
 def _read_node(doc: Obj) -> Node | None:
-    """The model Node of a Node object; None for one the reader cannot model (it takes no work from trimtab)."""
+    """The model Node of a Node object as `_node_doc` gives it; None for one the reader cannot model (it takes no
+    work from trimtab)."""
     try:
-        return read_documents([(f"Node {doc['metadata']['name']}", _node_doc(doc))]).nodes[0]
+        return read_documents([(f"Node {doc['metadata']['name']}", doc)]).nodes[0]
     except FormatError:
         return None
 
@@ -301,9 +346,10 @@ def _version(data: Obj) -> tuple[str, str, str]:
 
 
 def _node_doc(node: Obj) -> Obj:
-    """The fields of a Node the reader models (the rest would only be warned about)."""
-    spec = node.get("spec") or {}
-    return {"apiVersion": "v1", "kind": "Node", "metadata": node["metadata"],
+    """The fields of a Node the reader models (the rest would only be warned about, or change with every
+    heartbeat)."""
+    spec, meta = node.get("spec") or {}, node["metadata"]
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {k: meta[k] for k in ("name", "labels") if k in meta},
             "spec": {k: spec[k] for k in ("taints", "unschedulable") if k in spec},
             "status": {k: v for k, v in (node.get("status") or {}).items() if k in ("allocatable", "capacity")}}
 
