@@ -97,6 +97,10 @@ class Framework:
         self._pending_expiring = [p for p in self.order
                                   if type(p).pending_key_expires_s is not Plugin.pending_key_expires_s]
         self.running_keys = RunningKeys(self.order)
+        # under a static order, the job the cycle is visiting and its queue key: the key its order plugins gave
+        # (a waiting job's key holds between its expiry times, which the Scheduler handles before the cycle), so
+        # `order_key` answers the preempt plugins' question for it without asking the plugins again
+        self._visiting: tuple[Job | None, tuple[Any, ...]] = (None, ())
         self._has_preempt = bool(self.preempt)
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
@@ -111,6 +115,9 @@ class Framework:
             self.usage.remove(job_id)
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
+        visiting, key = self._visiting
+        if job is visiting:
+            return key
         return tuple([p.order_key(job, ctx) for p in self.order])
 
     def key_groups(self, job: Job) -> tuple[Hashable, ...]:
@@ -193,9 +200,15 @@ class Framework:
         With `unit_of` (task consolidation), a single-task job that may start asks it for the jobs that follow it
         in the queue and may join it in one unit (see `_start_unit`)."""
         books = self._open(ctx, blocked, on_start, on_preempt, unit_of)
-        for key, job, shape in queue:
-            if not self._visit(books, key, job, shape):
-                break
+        static_order = self.static_order
+        try:
+            for key, job, shape in queue:
+                if static_order:
+                    self._visiting = (job, key)
+                if not self._visit(books, key, job, shape):
+                    break
+        finally:
+            self._visiting = (None, ())
         return self._close(books)
 
     def _open(self, ctx: CycleContext, blocked: set[Any], on_start: OnStart, on_preempt: OnPreempt,
