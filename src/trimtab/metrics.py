@@ -195,18 +195,20 @@ class Recorder:
         """The run as JSON-ready data: `summary`, `series` and `jobs`. With `timing` False the wall-clock metrics
         are null, so that the same seed gives byte-identical output."""
         jobs = list(self.jobs.values())
-        series, windows = self._series(jobs)
-        summary = self._summary(jobs, series, windows, timing)
-        out = {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
+        times = [r.times for r in jobs]
+        rows = [_job_json(r) for r in jobs]
+        series, windows = self._series(jobs, times)
+        summary = self._summary(jobs, times, rows, series, windows, timing)
+        out = {"summary": summary, "series": series, "jobs": rows}
         if self._sees_waiting:  # the time each job waited per cause, up to the end of the run, and their sums
-            end_s = span_of([r.times for r in jobs])[2]
+            end_s = span_of(times)[2]
             per_job, out["wait_by_cause_s"] = self.waits.report([r.job.id for r in jobs], end_s)
-            for row, waited in zip(out["jobs"], per_job, strict=True):
+            for row, waited in zip(rows, per_job, strict=True):
                 row["wait_by_cause_s"] = waited
         return out
 
-    def _series(self, jobs: list[JobRecord]) -> tuple[dict[str, Any], np.ndarray]:
-        first, _, end = span_of([r.times for r in jobs])
+    def _series(self, jobs: list[JobRecord], times: list[JobTimes]) -> tuple[dict[str, Any], np.ndarray]:
+        first, _, end = span_of(times)
         edges = window_edges(first, end, self.window_s)
         n_windows = edges.size - 1
         completed_ends = np.array([r.end_s for r in jobs if r.state is JobState.COMPLETED], dtype=float)
@@ -235,9 +237,9 @@ class Recorder:
         }
         return series, np.column_stack([edges[:-1], edges[1:], queue_any])
 
-    def _summary(self, jobs: list[JobRecord], series: dict[str, Any], windows: np.ndarray,
-                 timing: bool) -> dict[str, Any]:
-        times = [r.times for r in jobs]
+    def _summary(self, jobs: list[JobRecord], times: list[JobTimes], rows: list[dict[str, Any]],
+                 series: dict[str, Any], windows: np.ndarray, timing: bool) -> dict[str, Any]:
+        """The summary metrics of `jobs` (with their `times` and JSON `rows`, before the rows get their waits)."""
         first, _, end = span_of(times)
         edges = window_edges(first, end, self.window_s)
         summary = job_summary(times, edges, np.array(series["goodput_gpu_s"], dtype=float))
@@ -249,7 +251,7 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
-        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs))))
+        summary.update(self.ledger.summary(series, windows, rows))
         assert tuple(summary) == SUMMARY_KEYS
         quota_blocked_s = {r.job.id: self.waits.closed_s(r.job.id, Cause.QUOTA) for r in jobs}
         tenants = _tenants(jobs, quota_blocked_s if self._sees_waiting else None)
