@@ -82,6 +82,9 @@ class Framework:
         self.backfill = [get(r) for r in profile.backfill]
         self.resize = [get(r) for r in profile.resize]
         self.plugins: list[Plugin] = list(instances.values())
+        # the plugins that do something when a cycle opens or closes (the others keep Plugin's no-op), in order
+        self._openers = [p for p in self.plugins if type(p).open is not Plugin.open]
+        self._closers = [p for p in self.plugins if type(p).close is not Plugin.close]
         check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
                                      "score": [p for p, _ in self.score], "place": [self.placer],
                                      "preempt": self.preempt, "backfill": self.backfill, "resize": self.resize})
@@ -216,7 +219,7 @@ class Framework:
         """Phase open: the usage book caught up, every plugin opened, then the running jobs' keys refreshed."""
         if self.keeps_usage:
             self.usage.sync(ctx.running)
-        for plugin in self.plugins:  # before running keys are refreshed: keys may read per-cycle state (drf)
+        for plugin in self._openers:  # before running keys are refreshed: keys may read per-cycle state (drf)
             plugin.open(ctx)
         if self.preempt:
             self.running_keys.refresh(ctx)
@@ -372,7 +375,7 @@ class Framework:
         decision = books.decision
         for plugin in self.resize:
             self._apply_resizes(plugin.resize(books.ctx, decision), books)
-        wakes = [w for p in self.plugins if (w := p.close(books.ctx, decision)) is not None]
+        wakes = [w for p in self._closers if (w := p.close(books.ctx, decision)) is not None]
         expiry_s = self.running_keys.next_expiry_s()
         if expiry_s is not None:
             wakes.append(expiry_s)
