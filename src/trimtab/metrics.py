@@ -79,9 +79,10 @@ class Recorder:
         self.window_s = float(window_s)
         self.jobs: dict[str, JobRecord] = {}
         n = len(cluster)
-        self._node_gpu_s = np.zeros(n)  # integral of allocated GPUs per node
-        self._node_alloc = np.zeros(n, dtype=np.int64)
-        self._node_since = np.zeros(n)
+        # per node (lists: a start or an end touches one or two nodes, and list items are cheaper than numpy's):
+        self._node_gpu_s = [0.0] * n  # integral of allocated GPUs up to _node_since
+        self._node_alloc = [0] * n  # GPUs allocated since _node_since
+        self._node_since = [0.0] * n
         self._t: list[float] = []  # change points of the totals below
         self._gpu: list[int] = []
         self._cpu: list[int] = []
@@ -173,10 +174,10 @@ class Recorder:
         self._alloc[2] += sign * alloc.tasks * alloc.task.mem_mib
         gpu_s, held, since = self._node_gpu_s, self._node_alloc, self._node_since
         gpus = sign * alloc.task.gpus
-        for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):  # few nodes: scalars
-            gpu_s[node] = gpu_s.item(node) + held.item(node) * (now_s - since.item(node))
+        for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):
+            gpu_s[node] += held[node] * (now_s - since[node])
             since[node] = now_s
-            held[node] = held.item(node) + gpus * count
+            held[node] += gpus * count
 
     def _mark(self, now_s: float) -> None:
         if self._t and self._t[-1] == now_s:
@@ -265,7 +266,8 @@ class Recorder:
         cluster = self.cluster
         t = np.array(self._t)
         # per-node time-averaged allocation, closed at the end of the run
-        node_gpu_s = self._node_gpu_s + self._node_alloc * (end - self._node_since)
+        node_gpu_s = np.array(self._node_gpu_s) + np.array(self._node_alloc, dtype=np.int64) * (
+            end - np.array(self._node_since))
         with np.errstate(invalid="ignore", divide="ignore"):
             node_util = np.where(cluster.cap_gpus > 0, node_gpu_s / (cluster.cap_gpus * span), 0.0) \
                 if span > 0 else np.zeros(len(cluster))
