@@ -79,10 +79,8 @@ class Recorder:
         self.window_s = float(window_s)
         self.jobs: dict[str, JobRecord] = {}
         n = len(cluster)
-        # per node (lists: a start or an end touches one or two nodes, and list items are cheaper than numpy's):
-        self._node_gpu_s = [0.0] * n  # integral of allocated GPUs up to _node_since
-        self._node_alloc = [0] * n  # GPUs allocated since _node_since
-        self._node_since = [0.0] * n
+        # per node, lists (a start touches one or two nodes): GPUs allocated since, and their integral up to, a time
+        self._node_gpu_s, self._node_alloc, self._node_since = [0.0] * n, [0] * n, [0.0] * n
         self._t: list[float] = []  # change points of the totals below
         self._gpu: list[int] = []
         self._cpu: list[int] = []
@@ -199,8 +197,7 @@ class Recorder:
         times = [r.times for r in jobs]
         rows = [_job_json(r) for r in jobs]
         series, windows = self._series(jobs, times)
-        summary = self._summary(jobs, times, rows, series, windows, timing)
-        out = {"summary": summary, "series": series, "jobs": rows}
+        out = {"summary": self._summary(jobs, times, rows, series, windows, timing), "series": series, "jobs": rows}
         if self._sees_waiting:  # the time each job waited per cause, up to the end of the run, and their sums
             end_s = span_of(times)[2]
             per_job, out["wait_by_cause_s"] = self.waits.report([r.job.id for r in jobs], end_s)
@@ -266,8 +263,7 @@ class Recorder:
         cluster = self.cluster
         t = np.array(self._t)
         # per-node time-averaged allocation, closed at the end of the run
-        node_gpu_s = np.array(self._node_gpu_s) + np.array(self._node_alloc, dtype=np.int64) * (
-            end - np.array(self._node_since))
+        node_gpu_s = np.array(self._node_gpu_s) + np.array(self._node_alloc) * (end - np.array(self._node_since))
         with np.errstate(invalid="ignore", divide="ignore"):
             node_util = np.where(cluster.cap_gpus > 0, node_gpu_s / (cluster.cap_gpus * span), 0.0) \
                 if span > 0 else np.zeros(len(cluster))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from trimtab.model import Job
@@ -306,30 +306,27 @@ class RunningKeys:
             for jid, run in running.items():
                 if jid not in parts_of:
                     self.cache(run.job, ctx)
-        changed: list[tuple[Mapping[str, Any], list[Any] | None]]  # (jobs, their new moving parts or None: ask)
+        updates: Iterable[tuple[str, Sequence[Any]]]  # (job, its new moving parts)
         if self._grouped:
             by_group = {group: [order[i].order_key(running[next(iter(members))].job, ctx) for i in moving]
                         for group, members in self._members.items()}
-            changed = [(self._members[group], now) for group, now in by_group.items()
-                       if group in self._joined or self._moved.get(group) != now]
+            updates = [(jid, now) for group, now in by_group.items()
+                       if group in self._joined or self._moved.get(group) != now for jid in self._members[group]]
             self._moved = by_group
             self._joined.clear()
-            if not changed:
+            if not updates:
                 return
-        else:
-            changed = [(parts_of, None)]
-        for members, now in changed:
-            for jid in members:
-                parts = parts_of[jid][0]
-                if now is None:
-                    job = running[jid].job
-                    for i in moving:
-                        parts[i] = order[i].order_key(job, ctx)
-                else:
-                    for i, part in zip(moving, now, strict=True):
-                        parts[i] = part
-                key = keys[jid] = tuple(parts)
-                entries[jid] = (key, entries[jid][1], jid)
+        else:  # each moving plugin asked for all running jobs at once
+            jids = list(parts_of)
+            jobs = [running[jid].job for jid in jids]
+            updates = zip(jids, zip(*[order[i].running_order_keys(jobs, ctx) for i in moving], strict=True),
+                          strict=True)
+        for jid, now in updates:
+            parts = parts_of[jid][0]
+            for i, part in zip(moving, now, strict=True):
+                parts[i] = part
+            key = keys[jid] = tuple(parts)
+            entries[jid] = (key, entries[jid][1], jid)
         ranked = self.ranked
         ranked[:] = [entries[entry[2]] for entry in ranked]
         ranked.sort()
