@@ -30,6 +30,7 @@ SUMMARY_KEYS = (
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
     "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours")
 TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
+_PREEMPTED, _FAILED = Outcome.PREEMPTED.value, (Outcome.FAILED.value, Outcome.NODE_FAILED.value)  # as runs hold them
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class JobRecord:
 
     @property
     def preemptions(self) -> int:
-        return sum(r.outcome == Outcome.PREEMPTED for r in self.runs)
+        return [r.outcome for r in self.runs].count(_PREEMPTED)
 
     @property
     def times(self) -> JobTimes:
@@ -194,8 +195,7 @@ class Recorder:
         """The run as JSON-ready data: `summary`, `series` and `jobs`. With `timing` False the wall-clock metrics
         are null, so that the same seed gives byte-identical output."""
         jobs = list(self.jobs.values())
-        times = [r.times for r in jobs]
-        rows = [_job_json(r) for r in jobs]
+        times, rows = [r.times for r in jobs], [_job_json(r) for r in jobs]
         series, windows = self._series(jobs, times)
         out = {"summary": self._summary(jobs, times, rows, series, windows, timing), "series": series, "jobs": rows}
         if self._sees_waiting:  # the time each job waited per cause, up to the end of the run, and their sums
@@ -370,7 +370,7 @@ def _placement(jobs: list[JobRecord]) -> dict[str, Any]:
 def _reliability(jobs: list[JobRecord]) -> dict[str, Any]:
     """starvation_rate, failure_rate, preemptions and wasted_gpu_hours (GPU-time of progress that was lost)."""
     runs = [run for r in jobs for run in r.runs]
-    failed_attempts = sum(run.outcome in (Outcome.FAILED, Outcome.NODE_FAILED) for run in runs)
+    failed_attempts = sum(run.outcome in _FAILED for run in runs)
     wasted_gpu_s = 0.0
     for run in runs:
         gpu_s = run.gpus * (run.end_s - run.start_s)
@@ -383,7 +383,7 @@ def _reliability(jobs: list[JobRecord]) -> dict[str, Any]:
     return {
         "starvation_rate": _r(starved / started) if started else 0.0,
         "failure_rate": _r(failed_attempts / len(runs)) if runs else 0.0,
-        "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
+        "preemptions": [run.outcome for run in runs].count(_PREEMPTED),
         "wasted_gpu_hours": _r(wasted_gpu_s / 3600.0),
     }
 
@@ -487,7 +487,7 @@ def _job_json(rec: JobRecord) -> dict[str, Any]:
         "tasks": job.tasks,
         "duration": job.duration_s,
         "submit": job.submit_s,
-        "state": str(rec.state),
+        "state": rec.state.value,
         "attempts": len(rec.runs),
         "preemptions": rec.preemptions,
         "end": rec.end_s,
