@@ -39,6 +39,7 @@ FAULTS = "node-mtbf=7d,node-mttr=2h,job-fail=0.02,seed=1"
 # ------------------------------------------------------------------------------------------- children (one tree)
 
 def _philly(jobs: int) -> dict[str, Any]:
+    from trimtab.cli.common import write_json
     from trimtab.formats.cluster import load_cluster
     from trimtab.formats.traces import load_trace
     from trimtab.sim.run import SimConfig, simulate
@@ -46,8 +47,8 @@ def _philly(jobs: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     trace = load_trace(f"philly:{PHILLY}")[:jobs or None]
     run = simulate(load_cluster("56x8"), trace, "las", SimConfig())
-    with tempfile.TemporaryFile("w") as out:
-        json.dump(run, out)
+    with tempfile.TemporaryDirectory() as out:
+        write_json(run, Path(out) / "run.json")  # as `trimtab simulate --out` writes it
     s = run["summary"]
     return {"value": time.perf_counter() - t0, "decisions": [s["avg_jct_s"], s["preemptions"]]}
 

@@ -82,6 +82,9 @@ class Framework:
         self.backfill = [get(r) for r in profile.backfill]
         self.resize = [get(r) for r in profile.resize]
         self.plugins: list[Plugin] = list(instances.values())
+        # the plugins that do something when a cycle opens or closes (the others keep Plugin's no-op), in order
+        self._openers = [p for p in self.plugins if type(p).open is not Plugin.open]
+        self._closers = [p for p in self.plugins if type(p).close is not Plugin.close]
         check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
                                      "score": [p for p, _ in self.score], "place": [self.placer],
                                      "preempt": self.preempt, "backfill": self.backfill, "resize": self.resize})
@@ -97,6 +100,10 @@ class Framework:
         self._pending_expiring = [p for p in self.order
                                   if type(p).pending_key_expires_s is not Plugin.pending_key_expires_s]
         self.running_keys = RunningKeys(self.order)
+        # under a static order, the job the cycle is visiting and its queue key: the key its order plugins gave
+        # (a waiting job's key holds between its expiry times, which the Scheduler handles before the cycle), so
+        # `order_key` answers the preempt plugins' question for it without asking the plugins again
+        self._visiting: tuple[Job | None, tuple[Any, ...]] = (None, ())
         self._has_preempt = bool(self.preempt)
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
@@ -111,6 +118,9 @@ class Framework:
             self.usage.remove(job_id)
 
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[Any, ...]:
+        visiting, key = self._visiting
+        if job is visiting:
+            return key
         return tuple([p.order_key(job, ctx) for p in self.order])
 
     def key_groups(self, job: Job) -> tuple[Hashable, ...]:
@@ -193,9 +203,15 @@ class Framework:
         With `unit_of` (task consolidation), a single-task job that may start asks it for the jobs that follow it
         in the queue and may join it in one unit (see `_start_unit`)."""
         books = self._open(ctx, blocked, on_start, on_preempt, unit_of)
-        for key, job, shape in queue:
-            if not self._visit(books, key, job, shape):
-                break
+        static_order = self.static_order
+        try:
+            for key, job, shape in queue:
+                if static_order:
+                    self._visiting = (job, key)
+                if not self._visit(books, key, job, shape):
+                    break
+        finally:
+            self._visiting = (None, ())
         return self._close(books)
 
     def _open(self, ctx: CycleContext, blocked: set[Any], on_start: OnStart, on_preempt: OnPreempt,
@@ -203,7 +219,7 @@ class Framework:
         """Phase open: the usage book caught up, every plugin opened, then the running jobs' keys refreshed."""
         if self.keeps_usage:
             self.usage.sync(ctx.running)
-        for plugin in self.plugins:  # before running keys are refreshed: keys may read per-cycle state (drf)
+        for plugin in self._openers:  # before running keys are refreshed: keys may read per-cycle state (drf)
             plugin.open(ctx)
         if self.preempt:
             self.running_keys.refresh(ctx)
@@ -359,7 +375,7 @@ class Framework:
         decision = books.decision
         for plugin in self.resize:
             self._apply_resizes(plugin.resize(books.ctx, decision), books)
-        wakes = [w for p in self.plugins if (w := p.close(books.ctx, decision)) is not None]
+        wakes = [w for p in self._closers if (w := p.close(books.ctx, decision)) is not None]
         expiry_s = self.running_keys.next_expiry_s()
         if expiry_s is not None:
             wakes.append(expiry_s)

@@ -49,6 +49,7 @@ class LossLedger:
         self.cluster = cluster
         self._jobs = jobs  # the Recorder's records by job id (each with its .job)
         self._healthy = cluster.healthy.copy()
+        self._healthy_bytes = self._healthy.tobytes()  # compared after every cycle: cheaper than array_equal
         self._held: set[str] = set()
         self.out_of_service: list[tuple[float, str, bool]] = []  # (time, node, in service from then)
         self.quota_held: list[tuple[float, str, bool]] = []  # (time, tenant, held by a quota from then)
@@ -58,10 +59,11 @@ class LossLedger:
         with why jobs wait: nodes out of service, and the tenants a quota holds (a cycle reports the first
         waiting job of each request shape, so one job of a held tenant says it for all)."""
         healthy = self.cluster.healthy
-        if not np.array_equal(healthy, self._healthy):
+        if healthy.tobytes() != self._healthy_bytes:
             for node in np.flatnonzero(healthy != self._healthy):
                 self.out_of_service.append((now_s, self.cluster.nodes[int(node)].name, bool(healthy[node])))
             self._healthy = healthy.copy()
+            self._healthy_bytes = self._healthy.tobytes()
         held = {self._jobs[job_id].job.tenant for job_id, s in statuses.items() if s.cause is Cause.QUOTA}
         if held != self._held:
             self.quota_held += [(now_s, tenant, tenant in held) for tenant in sorted(held ^ self._held)]

@@ -30,6 +30,7 @@ SUMMARY_KEYS = (
     "sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s",
     "fairness_jain", "goodput_cv_backlogged", "lost_gpu_hours")
 TIMING_KEYS = ("sched_cycle_p50_ms", "sched_cycle_p99_ms", "decisions_per_s")
+_PREEMPTED, _FAILED = Outcome.PREEMPTED.value, (Outcome.FAILED.value, Outcome.NODE_FAILED.value)  # as runs hold them
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class JobRecord:
 
     @property
     def preemptions(self) -> int:
-        return sum(r.outcome == Outcome.PREEMPTED for r in self.runs)
+        return [r.outcome for r in self.runs].count(_PREEMPTED)
 
     @property
     def times(self) -> JobTimes:
@@ -79,9 +80,8 @@ class Recorder:
         self.window_s = float(window_s)
         self.jobs: dict[str, JobRecord] = {}
         n = len(cluster)
-        self._node_gpu_s = np.zeros(n)  # integral of allocated GPUs per node
-        self._node_alloc = np.zeros(n, dtype=np.int64)
-        self._node_since = np.zeros(n)
+        # per node, lists (a start touches one or two nodes): GPUs allocated since, and their integral up to, a time
+        self._node_gpu_s, self._node_alloc, self._node_since = [0.0] * n, [0] * n, [0.0] * n
         self._t: list[float] = []  # change points of the totals below
         self._gpu: list[int] = []
         self._cpu: list[int] = []
@@ -173,10 +173,10 @@ class Recorder:
         self._alloc[2] += sign * alloc.tasks * alloc.task.mem_mib
         gpu_s, held, since = self._node_gpu_s, self._node_alloc, self._node_since
         gpus = sign * alloc.task.gpus
-        for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):  # few nodes: scalars
-            gpu_s[node] = gpu_s.item(node) + held.item(node) * (now_s - since.item(node))
+        for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True):
+            gpu_s[node] += held[node] * (now_s - since[node])
             since[node] = now_s
-            held[node] = held.item(node) + gpus * count
+            held[node] += gpus * count
 
     def _mark(self, now_s: float) -> None:
         if self._t and self._t[-1] == now_s:
@@ -195,18 +195,18 @@ class Recorder:
         """The run as JSON-ready data: `summary`, `series` and `jobs`. With `timing` False the wall-clock metrics
         are null, so that the same seed gives byte-identical output."""
         jobs = list(self.jobs.values())
-        series, windows = self._series(jobs)
-        summary = self._summary(jobs, series, windows, timing)
-        out = {"summary": summary, "series": series, "jobs": [_job_json(r) for r in jobs]}
+        times, rows = [r.times for r in jobs], [_job_json(r) for r in jobs]
+        series, windows = self._series(jobs, times)
+        out = {"summary": self._summary(jobs, times, rows, series, windows, timing), "series": series, "jobs": rows}
         if self._sees_waiting:  # the time each job waited per cause, up to the end of the run, and their sums
-            end_s = span_of([r.times for r in jobs])[2]
+            end_s = span_of(times)[2]
             per_job, out["wait_by_cause_s"] = self.waits.report([r.job.id for r in jobs], end_s)
-            for row, waited in zip(out["jobs"], per_job, strict=True):
+            for row, waited in zip(rows, per_job, strict=True):
                 row["wait_by_cause_s"] = waited
         return out
 
-    def _series(self, jobs: list[JobRecord]) -> tuple[dict[str, Any], np.ndarray]:
-        first, _, end = span_of([r.times for r in jobs])
+    def _series(self, jobs: list[JobRecord], times: list[JobTimes]) -> tuple[dict[str, Any], np.ndarray]:
+        first, _, end = span_of(times)
         edges = window_edges(first, end, self.window_s)
         n_windows = edges.size - 1
         completed_ends = np.array([r.end_s for r in jobs if r.state is JobState.COMPLETED], dtype=float)
@@ -235,9 +235,9 @@ class Recorder:
         }
         return series, np.column_stack([edges[:-1], edges[1:], queue_any])
 
-    def _summary(self, jobs: list[JobRecord], series: dict[str, Any], windows: np.ndarray,
-                 timing: bool) -> dict[str, Any]:
-        times = [r.times for r in jobs]
+    def _summary(self, jobs: list[JobRecord], times: list[JobTimes], rows: list[dict[str, Any]],
+                 series: dict[str, Any], windows: np.ndarray, timing: bool) -> dict[str, Any]:
+        """The summary metrics of `jobs` (with their `times` and JSON `rows`, before the rows get their waits)."""
         first, _, end = span_of(times)
         edges = window_edges(first, end, self.window_s)
         summary = job_summary(times, edges, np.array(series["goodput_gpu_s"], dtype=float))
@@ -249,7 +249,7 @@ class Recorder:
         summary["evicted_gpus_per_needed_gpu"] = _r(evicted / needed) if needed else None
         summary.update(self._timing(timing))
         summary["fairness_jain"] = _jain(jobs)
-        summary.update(self.ledger.summary(series, windows, list(map(_job_json, jobs))))
+        summary.update(self.ledger.summary(series, windows, rows))
         assert tuple(summary) == SUMMARY_KEYS
         quota_blocked_s = {r.job.id: self.waits.closed_s(r.job.id, Cause.QUOTA) for r in jobs}
         tenants = _tenants(jobs, quota_blocked_s if self._sees_waiting else None)
@@ -263,7 +263,7 @@ class Recorder:
         cluster = self.cluster
         t = np.array(self._t)
         # per-node time-averaged allocation, closed at the end of the run
-        node_gpu_s = self._node_gpu_s + self._node_alloc * (end - self._node_since)
+        node_gpu_s = np.array(self._node_gpu_s) + np.array(self._node_alloc) * (end - np.array(self._node_since))
         with np.errstate(invalid="ignore", divide="ignore"):
             node_util = np.where(cluster.cap_gpus > 0, node_gpu_s / (cluster.cap_gpus * span), 0.0) \
                 if span > 0 else np.zeros(len(cluster))
@@ -370,7 +370,7 @@ def _placement(jobs: list[JobRecord]) -> dict[str, Any]:
 def _reliability(jobs: list[JobRecord]) -> dict[str, Any]:
     """starvation_rate, failure_rate, preemptions and wasted_gpu_hours (GPU-time of progress that was lost)."""
     runs = [run for r in jobs for run in r.runs]
-    failed_attempts = sum(run.outcome in (Outcome.FAILED, Outcome.NODE_FAILED) for run in runs)
+    failed_attempts = sum(run.outcome in _FAILED for run in runs)
     wasted_gpu_s = 0.0
     for run in runs:
         gpu_s = run.gpus * (run.end_s - run.start_s)
@@ -383,7 +383,7 @@ def _reliability(jobs: list[JobRecord]) -> dict[str, Any]:
     return {
         "starvation_rate": _r(starved / started) if started else 0.0,
         "failure_rate": _r(failed_attempts / len(runs)) if runs else 0.0,
-        "preemptions": sum(run.outcome == Outcome.PREEMPTED for run in runs),
+        "preemptions": [run.outcome for run in runs].count(_PREEMPTED),
         "wasted_gpu_hours": _r(wasted_gpu_s / 3600.0),
     }
 
@@ -487,7 +487,7 @@ def _job_json(rec: JobRecord) -> dict[str, Any]:
         "tasks": job.tasks,
         "duration": job.duration_s,
         "submit": job.submit_s,
-        "state": str(rec.state),
+        "state": rec.state.value,
         "attempts": len(rec.runs),
         "preemptions": rec.preemptions,
         "end": rec.end_s,

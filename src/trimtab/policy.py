@@ -407,6 +407,12 @@ class Plugin:
         once per group and cycle, not once per waiting job. The default (the job itself) means no such group."""
         return job.id
 
+    def running_order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[Any]:
+        """The order keys of the running `jobs`, in their order: exactly `order_key` of each. Called by the cycle's
+        running-key cache for a plugin whose running keys move (`dynamic_running_key`, or expiring ones beside such
+        a plugin) every cycle, for all running jobs at once; a plugin may compute them in one pass."""
+        return [self.order_key(job, ctx) for job in jobs]
+
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
         raise NotImplementedError
 

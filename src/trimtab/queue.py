@@ -6,13 +6,14 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
-from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from trimtab.model import Job
 from trimtab.policy import CycleContext, Plugin
 
 Shape = tuple[Any, ...]
+ShapeId = int  # a ShapeQueue's number for a Shape: hashed as an int wherever the cycle keeps shapes (sets, dicts)
 Key = tuple[Any, ...]
 Entry = tuple[tuple[Any, ...], int, str]  # (order key, arrival sequence, job id)
 Ranked = tuple[tuple[Any, ...], float, str]  # (order key, start_s, job id) of a running job
@@ -40,12 +41,15 @@ def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shap
 class ShapeQueue:
     """Pending jobs grouped by request shape, each group sorted by (order key, arrival). A cycle walks the groups'
     heads merged in key order; a group whose head could not start is skipped for the rest of the cycle, because a
-    job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue)."""
+    job of the same shape ordered later cannot start either. So a cycle costs O(shapes + starts), not O(queue).
+    Shapes are known by number (ShapeId, the same for equal shapes over the queue's life): a shape tuple holds
+    dataclasses whose hash is computed in Python, and the cycle looks shapes up several times per job."""
 
     def __init__(self, shape: Callable[[Job], Shape] = shape_of) -> None:
-        self.shape = shape
-        self._groups: dict[Shape, list[Entry]] = {}
-        self._where: dict[str, tuple[Shape, Entry]] = {}
+        self._shape_of = shape
+        self._ids: dict[Shape, ShapeId] = {}
+        self._groups: dict[ShapeId, list[Entry]] = {}
+        self._where: dict[str, tuple[ShapeId, Entry]] = {}
 
     def __len__(self) -> int:
         return len(self._where)
@@ -53,19 +57,27 @@ class ShapeQueue:
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._where
 
+    def shape(self, job: Job) -> ShapeId:
+        """The number of `job`'s request shape."""
+        ids = self._ids
+        return ids.setdefault(self._shape_of(job), len(ids))
+
     def seq_of(self, job_id: str) -> int:
         return self._where[job_id][1][1]
 
-    def members(self) -> Iterator[tuple[str, Shape]]:
+    def members(self) -> Iterator[tuple[str, ShapeId]]:
         """Every pending job id with its shape, in the order they were added (queue order when keys are all
         equal, as under a dynamic order)."""
         return ((job_id, where[0]) for job_id, where in self._where.items())
 
-    def add(self, job: Job, key: tuple[Any, ...], seq: int) -> None:
-        shape = self.shape(job)
+    def add(self, job: Job, key: tuple[Any, ...], seq: int) -> ShapeId:
+        """Queue `job` (not queued now) under `key` and arrival `seq`; returns its shape."""
+        ids = self._ids
+        shape = ids.setdefault(self._shape_of(job), len(ids))
         entry = (key, seq, job.id)
         bisect.insort(self._groups.setdefault(shape, []), entry)
         self._where[job.id] = (shape, entry)
+        return shape
 
     def remove(self, job_id: str) -> None:
         shape, entry = self._where.pop(job_id)
@@ -78,7 +90,7 @@ class ShapeQueue:
         """Every pending entry in queue order."""
         return heapq.merge(*self._groups.values())
 
-    def walk(self, blocked: set[Shape], lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None
+    def walk(self, blocked: set[ShapeId], lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None
              ) -> Walk:
         """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
         (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
@@ -90,20 +102,20 @@ class ShapeQueue:
 class Walk:
     """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape)."""
 
-    def __init__(self, groups: dict[Shape, list[Entry]], blocked: set[Shape],
-                 lifts: Callable[[Shape, Entry], Callable[[Key], Key]] | None = None) -> None:
+    def __init__(self, groups: dict[ShapeId, list[Entry]], blocked: set[ShapeId],
+                 lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None) -> None:
         self._groups = groups
         self._blocked = blocked
-        self.lift: dict[Shape, Callable[[Key], Key]] | None = None
+        self.lift: dict[ShapeId, Callable[[Key], Key]] | None = None
         if lifts is None:
             self._heap = [(group[0], group[0], shape) for shape, group in groups.items()]
         else:
             self.lift = {shape: lifts(shape, group[0]) for shape, group in groups.items()}
             self._heap = [(self._merge_key(group[0], shape), group[0], shape) for shape, group in groups.items()]
         heapq.heapify(self._heap)
-        self._last: tuple[Entry, Shape] | None = None  # yielded; its group's next entry joins the heap lazily
+        self._last: tuple[Entry, ShapeId] | None = None  # yielded; its group's next entry joins the heap lazily
 
-    def _merge_key(self, entry: Entry, shape: Shape) -> Any:
+    def _merge_key(self, entry: Entry, shape: ShapeId) -> Any:
         if self.lift is None:
             return entry
         return self.lift[shape](entry[0]), entry[1]
@@ -111,7 +123,7 @@ class Walk:
     def __iter__(self) -> Walk:
         return self
 
-    def __next__(self) -> tuple[Entry, Shape]:
+    def __next__(self) -> tuple[Entry, ShapeId]:
         self._advance()
         heap = self._heap
         while heap:
@@ -171,7 +183,7 @@ class WaitingKeyExpiry:
         return bool(self._heap) and self._heap[0][0] <= now_s
 
     def rekey(self, queue: ShapeQueue, jobs: Mapping[str, Job], ctx: CycleContext,
-              order_key: OrderKey | None) -> list[Shape]:
+              order_key: OrderKey | None) -> list[ShapeId]:
         """Waiting jobs whose key changes by `ctx.now_s` are sorted again in `queue` under `order_key` (None: a
         dynamic order, which computes every key each cycle anyway) and their next change noted. Returns their
         shapes: the caller unblocks them (a job may now go before the head that was blocked)."""
@@ -181,11 +193,12 @@ class WaitingKeyExpiry:
             if job_id not in queue or queue.seq_of(job_id) != seq:
                 continue  # stale: it started, was cancelled or queued again since
             job = jobs[job_id]
+            shape = queue.shape(job)
             if order_key is not None:
                 queue.remove(job_id)
                 queue.add(job, order_key(job, ctx), seq)
             self.note(job, seq, ctx)
-            shapes.append(queue.shape(job))
+            shapes.append(shape)
         return shapes
 
     def next_s(self, queue: ShapeQueue) -> float | None:
@@ -293,30 +306,27 @@ class RunningKeys:
             for jid, run in running.items():
                 if jid not in parts_of:
                     self.cache(run.job, ctx)
-        changed: list[tuple[Mapping[str, Any], list[Any] | None]]  # (jobs, their new moving parts or None: ask)
+        updates: Iterable[tuple[str, Sequence[Any]]]  # (job, its new moving parts)
         if self._grouped:
             by_group = {group: [order[i].order_key(running[next(iter(members))].job, ctx) for i in moving]
                         for group, members in self._members.items()}
-            changed = [(self._members[group], now) for group, now in by_group.items()
-                       if group in self._joined or self._moved.get(group) != now]
+            updates = [(jid, now) for group, now in by_group.items()
+                       if group in self._joined or self._moved.get(group) != now for jid in self._members[group]]
             self._moved = by_group
             self._joined.clear()
-            if not changed:
+            if not updates:
                 return
-        else:
-            changed = [(parts_of, None)]
-        for members, now in changed:
-            for jid in members:
-                parts = parts_of[jid][0]
-                if now is None:
-                    job = running[jid].job
-                    for i in moving:
-                        parts[i] = order[i].order_key(job, ctx)
-                else:
-                    for i, part in zip(moving, now, strict=True):
-                        parts[i] = part
-                key = keys[jid] = tuple(parts)
-                entries[jid] = (key, entries[jid][1], jid)
+        else:  # each moving plugin asked for all running jobs at once
+            jids = list(parts_of)
+            jobs = [running[jid].job for jid in jids]
+            updates = zip(jids, zip(*[order[i].running_order_keys(jobs, ctx) for i in moving], strict=True),
+                          strict=True)
+        for jid, now in updates:
+            parts = parts_of[jid][0]
+            for i, part in zip(moving, now, strict=True):
+                parts[i] = part
+            key = keys[jid] = tuple(parts)
+            entries[jid] = (key, entries[jid][1], jid)
         ranked = self.ranked
         ranked[:] = [entries[entry[2]] for entry in ranked]
         ranked.sort()

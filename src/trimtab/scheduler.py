@@ -15,7 +15,7 @@ from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
 from trimtab.policy import CycleContext, Decision, Observations, Plugin, RunningJob
 from trimtab.profile import Profile, Registry
-from trimtab.queue import Entry, Shape, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
+from trimtab.queue import Entry, ShapeId, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
 
 _ONE_GPU = Resources(gpus=1)
 
@@ -61,7 +61,7 @@ class Scheduler:
         self.cycles_run = 0  # cycles that ran the plugins (the others found nothing changed)
         # shapes whose head could not start, carried to the next cycle until something is released: a cycle then
         # skips them without trying (issue: a long queue must not be rescanned on every arrival)
-        self._blocked: set[Shape] = set()
+        self._blocked: set[ShapeId] = set()
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
         self._waiting_keys = WaitingKeyExpiry(self.framework.pending_key_expires_s)
@@ -258,7 +258,7 @@ class Scheduler:
         unit_of = None
         if self.framework.static_order:
             walk = self._queue.walk(blocked)
-            queue: Iterator[tuple[tuple[Any, ...], Job, Shape]] = (
+            queue: Iterator[tuple[tuple[Any, ...], Job, ShapeId]] = (
                 (entry[0], self.jobs[entry[2]], shape) for entry, shape in walk)
             if self.profile.consolidate_window_s > 0:
                 unit_of = self._unit_finder(walk)
@@ -304,7 +304,7 @@ class Scheduler:
         if any(resize.shrinks for resize in decision.resizes):
             self.changed()
 
-    def _grouped_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, Shape]]:
+    def _grouped_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
         """A grouped dynamic order (Framework.group_order): one key per shape, every waiting job in key order. The
         walk skips no shape: a preemption within the cycle may let a later job of a blocked shape start."""
         jobs, lift = self.jobs, self.framework.group_lift
@@ -314,20 +314,20 @@ class Scheduler:
         for entry, shape in walk:
             yield lifts[shape](entry[0])[:-1], jobs[entry[2]], shape
 
-    def _sorted_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, Shape]]:
+    def _sorted_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
         """Any other dynamic order: every waiting job's key, sorted."""
         jobs, key = self.jobs, self.framework.order_key
         yield from sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
                           key=lambda kjs: (kjs[0], kjs[1].submit_s))
 
-    def _unit_finder(self, walk: Walk) -> Callable[[Job, Shape], list[Job]]:
+    def _unit_finder(self, walk: Walk) -> Callable[[Job, ShapeId], list[Job]]:
         """Task consolidation (Profile.consolidate_window_s): the jobs that may join `head`, just yielded by
         `walk`, in one unit: the single-task jobs of its tenant and shape that follow it in queue order, submitted
         within the window after it."""
         window_s, limit = self.profile.consolidate_window_s, self.profile.consolidate_max_jobs - 1
         jobs = self.jobs
 
-        def unit_of(head: Job, shape: Shape) -> list[Job]:
+        def unit_of(head: Job, shape: ShapeId) -> list[Job]:
             if head.pod_affinity is not None:  # its placement depends on where each of the others lands
                 return []
 
@@ -385,7 +385,7 @@ class Scheduler:
             self._blocked.difference_update(shapes)
             self._dirty = True
 
-    def shape(self, job: Job) -> Shape:
+    def shape(self, job: Job) -> ShapeId:
         """The request shape the queue files `job` under: a cycle gives every job of one shape the same answer."""
         return self._queue.shape(job)
 
@@ -403,9 +403,9 @@ class Scheduler:
         else:
             key = self.framework.static_key(job, ctx) if self.framework.group_order else ()
         seq = next(self._seq)
-        self._queue.add(job, key, seq)
+        shape = self._queue.add(job, key, seq)
         self._waiting_keys.note(job, seq, ctx)
-        self._blocked.discard(self._queue.shape(job))  # it may go before the head that was blocked (or preempt for it)
+        self._blocked.discard(shape)  # it may go before the head that was blocked (or preempt for it)
         self._dirty = True
 
     def _dequeue(self, job_id: str) -> None:

@@ -46,6 +46,18 @@ class Srtf(Plugin):
     def order_key(self, job: Job, ctx: CycleContext) -> float:
         return ctx.remaining_s(job)
 
+    def running_order_keys(self, jobs: Sequence[Job], ctx: CycleContext) -> list[float]:
+        """`ctx.remaining_s` of each running job, its arithmetic written out (the same floats): asked every cycle
+        for every running job."""
+        now_s, running, keys = ctx.now_s, ctx.running, []
+        for job in jobs:
+            if job.duration_s is None:
+                keys.append(math.inf)
+                continue
+            run = running[job.id]
+            keys.append(max(job.duration_s - (run.prior_executed_s + (now_s - run.start_s)), 0.0))
+        return keys
+
 
 class Las(Plugin):
     """Discretised least-attained-service (Tiresias 2D-LAS): a job's queue is the number of thresholds its attained
