@@ -81,6 +81,7 @@ class Framework:
         self.preempt = [get(r) for r in profile.preempt]
         self.backfill = [get(r) for r in profile.backfill]
         self.resize = [get(r) for r in profile.resize]
+        self.start_below = [p for p in self.resize if p.sizes_starts]  # Resizer.start_tasks
         self.plugins: list[Plugin] = list(instances.values())
         check_points(profile.name, {"admit": self.admit, "order": self.order, "filter": self.filter,
                                      "score": [p for p, _ in self.score], "place": [self.placer],
@@ -246,6 +247,8 @@ class Framework:
             if alloc is None:
                 books.fail_gpus = min(books.fail_gpus, job.gpus)
                 books.failed.append((job.tasks, job.task.gpus))
+        if alloc is None and job.elastic is not None and self.start_below:
+            alloc = self._allocate_below(books, job, ends_in_time)
         if alloc is not None:
             self._start(books, job, alloc, ends_in_time)
             return True
@@ -291,6 +294,25 @@ class Framework:
                 txn.hold_gpus(books.reserved)
                 return self.try_place(job, ctx)
         return self.try_place(job, ctx)
+
+    def _allocate_below(self, books: CycleBooks, job: Job, ends_in_time: bool) -> Allocation | None:
+        """Phase allocate, below the request: an elastic job that cannot start whole starts on the number of tasks
+        the first `start_tasks` answer gives, placed as one gang of that many tasks, the reserved GPUs out of its
+        reach as in `_allocate`. None: fewer than its minimum fit, no answer, or no placement."""
+        assert job.elastic is not None
+        ctx = books.ctx
+        with ctx.cluster.txn() as txn:  # discarded: the hold ends with the placement attempt
+            if books.reserved_total and not ends_in_time:
+                txn.hold_gpus(books.reserved)
+            fit = self.feasible(job, ctx)
+            room = min(int(np.minimum(fit, job.tasks).sum()), job.tasks - 1)
+            if room < job.elastic.min_tasks:
+                return None
+            for plugin in self.start_below:
+                tasks = plugin.start_tasks(job, ctx, room)
+                if tasks is not None:
+                    return self._place(replace(job, tasks=tasks), ctx, fit)
+        return None
 
     def _preempt_for(self, job: Job, books: CycleBooks) -> Allocation | None:
         """Phase preempt: the first `preempt` plugin answer whose victims, released tentatively in a Txn, let the
