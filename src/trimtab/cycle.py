@@ -248,7 +248,7 @@ class Framework:
                 books.fail_gpus = min(books.fail_gpus, job.gpus)
                 books.failed.append((job.tasks, job.task.gpus))
         if alloc is None and job.elastic is not None and self.start_below:
-            alloc = self._allocate_below(books, job, ends_in_time)
+            alloc = self._allocate_below(books, job)
         if alloc is not None:
             self._start(books, job, alloc, ends_in_time)
             return True
@@ -295,14 +295,15 @@ class Framework:
                 return self.try_place(job, ctx)
         return self.try_place(job, ctx)
 
-    def _allocate_below(self, books: CycleBooks, job: Job, ends_in_time: bool) -> Allocation | None:
+    def _allocate_below(self, books: CycleBooks, job: Job) -> Allocation | None:
         """Phase allocate, below the request: an elastic job that cannot start whole starts on the number of tasks
-        the first `start_tasks` answer gives, placed as one gang of that many tasks, the reserved GPUs out of its
-        reach as in `_allocate`. None: fewer than its minimum fit, no answer, or no placement."""
+        the first `start_tasks` answer gives (Resizer.start_tasks), placed as one gang of that many tasks, the
+        reserved GPUs always out of its reach (its expected end is at its request's speed: on fewer GPUs it could
+        overrun a reservation it backfilled). None: fewer than its minimum fit, no answer, or no placement."""
         assert job.elastic is not None
         ctx = books.ctx
         with ctx.cluster.txn() as txn:  # discarded: the hold ends with the placement attempt
-            if books.reserved_total and not ends_in_time:
+            if books.reserved_total:
                 txn.hold_gpus(books.reserved)
             fit = self.feasible(job, ctx)
             room = min(int(np.minimum(fit, job.tasks).sum()), job.tasks - 1)

@@ -167,3 +167,15 @@ def test_start_below_behind_a_fixed_job_of_the_same_request() -> None:
     s.submit(elastic_job("a", 6, 2, 8, submit_s=2.0), 2.0)  # the same request, but it may start smaller
     decision = s.cycle(2.0)
     assert [(j.id, alloc.tasks) for j, alloc in decision.starts] == [("fixed", 5), ("a", 3)]
+
+
+def test_start_below_keeps_off_reserved_gpus_even_when_it_would_end_in_time() -> None:
+    profile = Profile(name="t", order=["fifo"], backfill=[{"reserve": {"min_gpus": 8}}], resize=["elastic-grow"],
+                      args={"elastic-grow": {"start_below": True}})
+    s = scheduler(profile)
+    s.submit(job("r", 4, duration_s=1_000.0), 0.0)
+    s.submit(job("big", 8, submit_s=1.0, duration_s=1_000.0), 1.0)  # reserves the 4 free GPUs from t=1000
+    s.submit(job("a", 6, submit_s=2.0, scaling=LinearScaling(), elastic=Elastic(1, 8, 30.0), duration_s=10.0), 2.0)
+    decision = s.cycle(2.0)
+    assert [j.id for j, _ in decision.starts] == ["r"] and decision.reservations
+    assert "a" in decision.waiting and s.cluster.free_gpus_total == 4  # on 4 GPUs it could overrun the reservation
