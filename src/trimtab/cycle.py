@@ -213,8 +213,9 @@ class Framework:
                           ranked[-1][0] if ranked else None)
 
     def _visit(self, books: CycleBooks, key: tuple[Any, ...], job: Job, shape: Any) -> bool:
-        """One job in queue order, through the phases admit, allocate (consolidated or alone), preempt, start or
-        reserve. False: the cycle ends here (nothing ordered after this job can start)."""
+        """One job in queue order, through the phases admit, allocate (consolidated or alone), preempt, allocate
+        below the request (an elastic job, when a resize plugin sizes starts), start or reserve. False: the cycle
+        ends here (nothing ordered after this job can start)."""
         ctx, decision, reserved_total = books.ctx, books.decision, books.reserved_total
         # EASY backfill: a job expected to end before the earliest reservation starts does not delay it
         ends_in_time = reserved_total > 0 and ctx.now_s + ctx.remaining_s(job) <= books.reserved_from_s
