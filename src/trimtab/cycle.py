@@ -81,6 +81,7 @@ class Framework:
         self.preempt = [get(r) for r in profile.preempt]
         self.backfill = [get(r) for r in profile.backfill]
         self.resize = [get(r) for r in profile.resize]
+        self.start_below = [p for p in self.resize if p.sizes_starts]  # Resizer.start_tasks
         self.plugins: list[Plugin] = list(instances.values())
         # the plugins that do something when a cycle opens or closes (the others keep Plugin's no-op), in order
         self._openers = [p for p in self.plugins if type(p).open is not Plugin.open]
@@ -228,8 +229,9 @@ class Framework:
                           ranked[-1][0] if ranked else None)
 
     def _visit(self, books: CycleBooks, key: tuple[Any, ...], job: Job, shape: Any) -> bool:
-        """One job in queue order, through the phases admit, allocate (consolidated or alone), preempt, start or
-        reserve. False: the cycle ends here (nothing ordered after this job can start)."""
+        """One job in queue order, through the phases admit, allocate (consolidated or alone), preempt, allocate
+        below the request (an elastic job, when a resize plugin sizes starts), start or reserve. False: the cycle
+        ends here (nothing ordered after this job can start)."""
         ctx, decision, reserved_total = books.ctx, books.decision, books.reserved_total
         # EASY backfill: a job expected to end before the earliest reservation starts does not delay it
         ends_in_time = reserved_total > 0 and ctx.now_s + ctx.remaining_s(job) <= books.reserved_from_s
@@ -262,6 +264,8 @@ class Framework:
             if alloc is None:
                 books.fail_gpus = min(books.fail_gpus, job.gpus)
                 books.failed.append((job.tasks, job.task.gpus))
+        if alloc is None and job.elastic is not None and self.start_below:
+            alloc = self._allocate_below(books, job)
         if alloc is not None:
             self._start(books, job, alloc, ends_in_time)
             return True
@@ -307,6 +311,26 @@ class Framework:
                 txn.hold_gpus(books.reserved)
                 return self.try_place(job, ctx)
         return self.try_place(job, ctx)
+
+    def _allocate_below(self, books: CycleBooks, job: Job) -> Allocation | None:
+        """Phase allocate, below the request: an elastic job that cannot start whole starts on the number of tasks
+        the first `start_tasks` answer gives (Resizer.start_tasks), placed as one gang of that many tasks, the
+        reserved GPUs always out of its reach (its expected end is at its request's speed: on fewer GPUs it could
+        overrun a reservation it backfilled). None: fewer than its minimum fit, no answer, or no placement."""
+        assert job.elastic is not None
+        ctx = books.ctx
+        with ctx.cluster.txn() as txn:  # discarded: the hold ends with the placement attempt
+            if books.reserved_total:
+                txn.hold_gpus(books.reserved)
+            fit = self.feasible(job, ctx)
+            room = min(int(np.minimum(fit, job.tasks).sum()), job.tasks - 1)
+            if room < job.elastic.min_tasks:
+                return None
+            for plugin in self.start_below:
+                tasks = plugin.start_tasks(job, ctx, room)
+                if tasks is not None:
+                    return self._place(replace(job, tasks=tasks), ctx, fit)
+        return None
 
     def _preempt_for(self, job: Job, books: CycleBooks) -> Allocation | None:
         """Phase preempt: the first `preempt` plugin answer whose victims, released tentatively in a Txn, let the

@@ -357,6 +357,14 @@ class Resizer(Protocol):
         once (the GPUs it freed are for the jobs in `decision.waiting`). A job resized or started in this cycle is
         not resized again in it."""
 
+    def start_tasks(self, job: Job, ctx: CycleContext, room: int) -> int | None:
+        """Asked by the cycle only of the `resize` plugins whose `sizes_starts` is true, in profile order, for an
+        elastic job that cannot start at its request (`job.tasks`) in the queue walk, not even by preemption, while
+        `room` < `job.tasks` of its tasks fit now (filters and reservations applied): the number of tasks to start
+        it on instead, in `job.elastic.min_tasks..room`, or None (the next plugin is asked; no answer: it waits).
+        The cycle places a gang of that many tasks, all or nothing, and starts the job on it; a grow may bring it
+        up to its request later."""
+
 
 POINT_METHODS: Mapping[str, str] = {"admit": "admit", "order": "order_key", "filter": "filter", "score": "score",
                                     "place": "place", "preempt": "preempt", "backfill": "backfill",
@@ -380,6 +388,9 @@ class Plugin:
     # Reservation plugins: GPU-seconds of reserved capacity their holders left unused so far, by reservation name
     # (a simulated run reports them under `reservations.unused_gpu_s`). Other plugins hold none.
     unused_gpu_s: Mapping[str, float] = MappingProxyType({})
+    # A resize plugin that sizes the start of elastic jobs below their request (Resizer.start_tasks); a profile opts
+    # in through the plugin's arguments
+    sizes_starts: bool = False
 
     def open(self, ctx: CycleContext) -> None:
         return None
@@ -430,6 +441,9 @@ class Plugin:
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
         return []
+
+    def start_tasks(self, job: Job, ctx: CycleContext, room: int) -> int | None:
+        return None
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
         return None

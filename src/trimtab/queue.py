@@ -21,14 +21,16 @@ OrderKey = Callable[[Job, CycleContext], tuple[Any, ...]]
 
 
 def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shape:
-    """What makes two jobs interchangeable for a cycle: the gang size, the task request and every placement
-    constraint (with inter-pod affinity, also the pods' labels and namespace; for a job bound to start after a
-    gang, that gang); with `by_tenant`, who asks (tenant, queue: admission and reservations depend on it); with
-    `by_priority`, priority and preemption policy (preemption depends on them)."""
+    """What makes two jobs interchangeable for a cycle: the gang size (and an elastic job's minimum), the task
+    request and every placement constraint (with inter-pod affinity, also the pods' labels and namespace; for a
+    job bound to start after a gang, that gang); with `by_tenant`, who asks (tenant, queue: admission and
+    reservations depend on it); with `by_priority`, priority and preemption policy (preemption depends on them)."""
     shape: Shape = (job.tasks, job.task, job.gpu_models, tuple(sorted(job.node_selector.items())), job.tolerations,
                     job.node_affinity)
     if job.labels or job.pod_affinity:  # inter-pod terms: who the job is and where its namespace's pods run matter
         shape += (tuple(sorted(job.labels.items())), job.pod_affinity, job.tenant)
+    if job.elastic is not None:  # it may start below its request (Resizer.start_tasks), down to its minimum
+        shape += (job.elastic.min_tasks,)
     if job.after is not None:  # admitted once its gang has started: followers of other gangs must not wait with it
         shape += (job.after,)
     if by_tenant:

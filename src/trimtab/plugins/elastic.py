@@ -124,14 +124,34 @@ class ElasticGrow(_Resizer):
     left to the waiting jobs it freed them for; GPUs no waiting job could take are used, and given back by a
     shrink when a job ordered before the grown one needs them. Hysteresis: a job grows only when the time it saves
     repays `repay` times its restart cost (`Elastic.resize_s`), the time it has left taken to be the time it has
-    run (no oracle: with heavy-tailed run times, a job that ran long is likely to run long)."""
+    run (no oracle: with heavy-tailed run times, a job that ran long is likely to run long).
+
+    With `start_below`, it also sizes the start of an elastic job that cannot start at its request (start_tasks):
+    the largest number of tasks that fits whose last task still gains `min_gain_per_gpu` (the job grown, as it
+    were, from its minimum into the free GPUs), rather than a wait for the full request."""
 
     name = "elastic-grow"
 
-    def __init__(self, min_interval_s: float = 300.0, min_gain_per_gpu: float = 0.1, repay: float = 2.0) -> None:
+    def __init__(self, min_interval_s: float = 300.0, min_gain_per_gpu: float = 0.1, repay: float = 2.0,
+                 start_below: bool = False) -> None:
         super().__init__(min_interval_s)
         self.min_gain_per_gpu = float(min_gain_per_gpu)
         self.repay = float(repay)
+        self.sizes_starts = bool(start_below)
+
+    def start_tasks(self, job: Job, ctx: CycleContext, room: int) -> int | None:
+        """The largest size in `job.elastic.min_tasks..room` whose last task gains at least `min_gain_per_gpu`
+        GPUs' worth per GPU, each size taken packed on the fewest nodes (the minimum when none does)."""
+        assert job.elastic is not None
+        per_node = max(int(ctx.cluster.cap_gpus.max()), 1)
+
+        def worth(tasks: int) -> float:
+            return worth_gpus(job, tasks, math.ceil(tasks * job.task.gpus / per_node))
+
+        tasks = room
+        while tasks > job.elastic.min_tasks and worth(tasks) - worth(tasks - 1) < self.min_gain_per_gpu * job.task.gpus:
+            tasks -= 1
+        return tasks
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
         if (not self._running_elastic(ctx) or ctx.cluster.free_gpus_total <= 0
