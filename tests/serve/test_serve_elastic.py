@@ -53,7 +53,7 @@ def _starts(out: Path) -> list[tuple[int, int, int, str]]:
 def _spans(out: Path) -> list[tuple[str, float, float, str]]:
     """(GPU, start, end, holder) of every task of the trainer and of the fixed job."""
     found = []
-    for path in (out / "spans").iterdir():
+    for path in (out / "spans").iterdir() if (out / "spans").exists() else ():
         gpus, start, end = path.read_text().split()
         found += [(gpu, float(start), float(end), f"elastic.{path.name}") for gpu in gpus.split(",")]
     for path in out.glob("[0-9]*.*.*"):
@@ -196,5 +196,27 @@ def test_a_job_reports_its_progress_over_the_api_with_a_token_of_its_tenant(tmp_
             assert other.post(url, json={"samples_per_s": 1.0}).status_code == 404  # not its job
         with server.client("") as nobody:
             assert nobody.post(url, json={"samples_per_s": 1.0}).status_code == 401
+    finally:
+        server.stop()
+
+
+def test_under_steady_an_elastic_job_starts_below_its_request_on_the_gpus_free(tmp_path: Path) -> None:
+    """The default profile's `elastic-grow` has `start_below`: a 1-4 job asking 4 while a fixed job holds 2 of the
+    4 GPUs starts at once on the 2 free, with WORLD_SIZE 2, and runs its tasks on GPUs nobody else holds."""
+    out = tmp_path / "out"
+    out.mkdir()
+    server = Server(tmp_path / "data", "--gpus", "4").start()
+    try:
+        client = server.client()
+        fixed = client.post("/v1/jobs", json={"command": task_command(out, 4.0), "gpus": 1, "tasks": 2}).json()
+        _wait(client, fixed["id"], lambda job: job["state"] == "running" and job["runs"])
+        elastic = client.post("/v1/jobs", json={"command": task_command(out, 0.5), "gpus": 1, "tasks": 4,
+                                                "min_tasks": 1, "max_tasks": 4}).json()
+        started = _wait(client, elastic["id"], lambda job: job["state"] == "running" and job["runs"])
+        assert len(started["runs"]) == 2  # at once, on the two GPUs free, while the fixed job still runs
+        jobs = wait_all_terminal(client, 2, 30)
+        assert [job["state"] for job in jobs] == ["completed", "completed"]
+        assert not overlapping(_spans(out)), "a GPU held by two tasks"
+        assert {path.name.split(".")[1] for path in out.glob(f"{elastic['id']}.*.1")} == {"0", "1"}
     finally:
         server.stop()
