@@ -144,6 +144,33 @@ def test_a_bound_pod_is_assumed_until_the_informer_shows_it() -> None:
     assert "default/b" in api.unschedulable
 
 
+def test_a_binding_still_in_flight_keeps_its_gpus_however_long_the_writes_queue() -> None:
+    """A binding queued behind others for longer than ASSUME_S still holds its pod's GPUs (else they would be given
+    twice); once it lands, the pod stays assumed for ASSUME_S from then, until the informer shows it bound."""
+    import threading
+
+    from trimtab.kube.live import ASSUME_S
+
+    release = threading.Event()
+
+    class SlowApi(FakeApi):
+        def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            release.wait(10)
+            super().bind(namespace, name, uid, node)
+
+    api = SlowApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4)])
+    sched.cycle(1e9, wait=False)
+    earlier = gpu_pod("b", 4, created="2026-12-01T09:00:00Z")  # ordered before "a", were "a" pending again
+    sched.informers["pods"].load([*sched.informers["pods"].items(), earlier])
+    sched.cycle(1e9 + ASSUME_S + 5, wait=False)  # "a" still being bound: n1 is full
+    release.set()
+    sched.cycle(1e9 + ASSUME_S + 6)  # "a" lands (booked), "b" still waits
+    sched.cycle(1e9 + 2 * ASSUME_S + 5)
+    assert api.bound == {"default/a": "n1"}
+    assert "default/b" in api.unschedulable
+
+
 def test_metrics_and_health_endpoints_report_the_cycles() -> None:
     import urllib.request
 

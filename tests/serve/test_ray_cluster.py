@@ -409,3 +409,32 @@ def test_a_task_that_ray_cannot_start_fails_in_time_and_the_next_one_runs(
     with server.client() as client:
         after = client.post("/v1/jobs", json={"command": record_cmd(out, 1), "gpus": 1}).json()["id"]
         assert wait_job(client, after, ("completed", "failed"), 90)["state"] == "completed"
+
+
+@pytest.mark.slow
+@pytest.mark.ray_cluster
+def test_an_elastic_job_on_ray_is_shrunk_toward_its_target_and_resumes_from_its_checkpoint(
+        cluster: tuple[RayCluster, Server, Path]) -> None:
+    """A resize on the Ray backend is the same restart as on local GPUs (docs/elastic.md, "Live"): the elastic
+    trainer reports 30% GPU utilisation against a target of 80%, and is restarted on Ray tasks at 2 (then 1), each
+    start resuming from the last checkpoint with the new WORLD_SIZE and TRIMTAB_RESIZED=1."""
+    _, server, out = cluster
+    trainer = Path(__file__).with_name("elastic_trainer.py")
+    elastic_out = out / "elastic"
+    elastic_out.mkdir()
+    with server.client() as client:
+        job = client.post("/v1/jobs", json={"command": [sys.executable, str(trainer), str(elastic_out), "1200", "0.3"],
+                                            "gpus": 1, "tasks": 4, "min_tasks": 1, "max_tasks": 4,
+                                            "target_gpu_util": 0.8}).json()
+        done = wait_job(client, job["id"], ("completed", "failed"), 180)
+    assert done["state"] == "completed", done
+    assert done["resizes"] >= 1
+    starts = [line.split() for line in (elastic_out / "starts.log").read_text().splitlines()]
+    worlds = [int(world) for _, world, _, _, _ in starts]
+    assert worlds[:2] == [4, 2] and worlds == sorted(worlds, reverse=True), worlds
+    assert [resized for _, _, _, resized, _ in starts] == ["0"] + ["1"] * (len(starts) - 1)
+    saved = [line.split() for line in (elastic_out / "checkpoints.log").read_text().splitlines()]
+    for (attempt, _, resumed, _, _), (before, _, _, _, _) in zip(starts[1:], starts, strict=False):
+        last = max((int(step) for a, step in saved if int(a) <= int(before)), default=0)
+        assert int(resumed) == last, f"attempt {attempt} resumed from {resumed}, the last checkpoint was {last}"
+    assert (elastic_out / "done.log").read_text().count("done") == 1

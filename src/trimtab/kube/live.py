@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -91,7 +92,10 @@ class KubeScheduler:
         self.reader = SnapshotReader(api.scheduler_name)
         self._wake = threading.Event()
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
-        self._assumed: dict[str, tuple[str, float]] = {}  # pod key -> (node, when bound)
+        # pod key -> (node, when its binding landed; inf while it is in flight: assumed until it lands, however long
+        # the writes queue, or its GPUs would look free and be given twice)
+        self._assumed: dict[str, tuple[str, float]] = {}
+        self._now_s = 0.0  # the current cycle's time
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
         # each pending job's latest reason, as `trimtab serve` keeps it: a job a cycle skipped (its shape already
         # blocked) takes the reason of the job of its shape the cycle examined, or its own from an earlier cycle
@@ -139,6 +143,7 @@ class KubeScheduler:
         go on while the next cycle decides (`run`)."""
         started = time.perf_counter()
         report = CycleReport()
+        self._now_s = now_s  # when the bindings `_settle` books landed, at the latest
         self._settle(report, wait=False)
         items = {name: informer.items() for name, informer in self.informers.items()}
         self._expire_assumed(now_s)
@@ -234,7 +239,7 @@ class KubeScheduler:
         for job, nodes in binds:
             pods = snap.pods_of[job.id]
             for pod, node in zip(pods, nodes, strict=True):
-                self._assumed[pod_key(pod)] = (node, now_s)
+                self._assumed[pod_key(pod)] = (node, math.inf)
                 self._reported.pop(pod["metadata"]["uid"], None)
             reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
             self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting),
@@ -247,6 +252,9 @@ class KubeScheduler:
         if bound:
             report.scheduled += 1
             self.counters.bound += len(pods)
+            for pod in pods:
+                if (assumed := self._assumed.get(pod_key(pod))) is not None:
+                    self._assumed[pod_key(pod)] = (assumed[0], self._now_s)
             return
         report.errors += 1
         self.counters.gang_rollbacks += 1
@@ -358,7 +366,7 @@ class KubeScheduler:
         self._events.submit(self._try, self.api.record_event, pod, reason, message, warning)
 
     def _expire_assumed(self, now_s: float) -> None:
-        """Forget assumed bindings the informer now shows bound (or gone), or that are too old."""
+        """Forget assumed bindings the informer now shows bound (or gone), or that landed too long ago."""
         pods = self.informers["pods"]
         self._assumed = {k: v for k, v in self._assumed.items() if now_s - v[1] < ASSUME_S
                          and (pod := pods.get(k)) is not None and not pod["spec"].get("nodeName")}
