@@ -26,12 +26,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
-
-
 
 def submitted(result: Result) -> int:
     assert result.exit_code == 0, result.stderr

@@ -27,12 +27,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
 
 
 @pytest.fixture(scope="module")
-def admin(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
-
-
-@pytest.fixture(scope="module")
 def team_a(server: Server, admin: httpx.Client) -> Iterator[httpx.Client]:
     r = admin.post("/v1/tokens", json={"tenant": "team-a", "quota_gpus": 2})
     assert r.status_code == 201, r.text

@@ -29,12 +29,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
-
-
 
 def submit(admin: httpx.Client, gpus: int, tasks: int = 1, **spec: object) -> int:
     r = admin.post("/v1/jobs", json={"command": ["sleep", "300"], "gpus": gpus, "tasks": tasks, **spec})

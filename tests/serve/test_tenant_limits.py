@@ -40,12 +40,6 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     server.stop()
 
 
-@pytest.fixture(scope="module")
-def admin(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
-
-
 def tenant(server: Server, admin: httpx.Client, name: str, **limits: Any) -> httpx.Client:
     """A client with a new token of tenant `name`, whose limits the admin sets first (when given)."""
     if limits:
