@@ -204,3 +204,29 @@ def trimtab(server: Server, *args: str) -> Result:
 
     env = {"TRIMTAB_SERVER": server.url, "TRIMTAB_TOKEN": server.admin_token, "HOME": str(server.data_dir.parent)}
     return CliRunner().invoke(app, list(args), env=env)
+
+
+OLD_JOB = ("INSERT INTO jobs (name, tenant, user, state, priority, priority_class, tasks, gpus_per_task, cpu_milli, "
+           "mem_mib, gpu_models, node_selector, command, env, max_retries, attempts, failures, preemptions, "
+           "submit_s, reason, cancel_requested) VALUES ('old', 'default', '', 'pending', 0, '', 1, 2, 0, 0, '[]', "
+           "'%s', '[\"true\"]', '{}', 0, 0, 0, 0, 1.0, '', 0)")  # a 2-GPU job as the first schemas stored it
+
+
+def store_at_revision(db: Path, revision: str, *inserts: str) -> Any:
+    """A Store whose schema stops at migration `revision`, holding the rows `inserts` add: what an older server
+    left behind, for the tests of the upgrade that follows (`store.upgrade()`)."""
+    from alembic import command
+    from alembic.config import Config
+    from sqlalchemy import text
+
+    from trimtab.serve.store import MIGRATIONS_DIR, Store, sqlite_url
+
+    store = Store(sqlite_url(db))
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS_DIR))
+    with store.engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, revision)
+        for insert in inserts:
+            connection.execute(text(insert))
+    return store

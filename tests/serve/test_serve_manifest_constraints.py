@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import Server
+from serve_helpers import OLD_JOB, Server, store_at_revision
 
 CLUSTER = """nodes:
   - {name: infer, gpus: 2, labels: {zone: a}, taints: [{key: dedicated, value: infer, effect: NoSchedule}]}
@@ -209,24 +209,11 @@ def test_tolerations_and_affinity_survive_a_restart(tmp_path: Path) -> None:
 def test_jobs_stored_before_revision_0005_have_no_constraints(tmp_path: Path) -> None:
     """Revision 0005 adds `jobs.tolerations`, `affinity` and `labels`; a job stored before reads with none of them
     and becomes the scheduler's Job as it was."""
-    from alembic import command
-    from alembic.config import Config
-    from sqlalchemy import text
 
     from trimtab.serve.attempts import job_of
-    from trimtab.serve.store import MIGRATIONS_DIR, JobRow, Store, sqlite_url
+    from trimtab.serve.store import JobRow
 
-    store = Store(sqlite_url(tmp_path / "old.db"))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with store.engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0004")
-        connection.execute(text(
-            "INSERT INTO jobs (name, tenant, user, state, priority, priority_class, tasks, gpus_per_task, cpu_milli, "
-            "mem_mib, gpu_models, node_selector, command, env, max_retries, attempts, failures, preemptions, "
-            "submit_s, reason, cancel_requested) VALUES ('old', 'default', '', 'pending', 0, '', 1, 2, 0, 0, '[]', "
-            "'{\"zone\": \"a\"}', '[\"true\"]', '{}', 0, 0, 0, 0, 1.0, '', 0)"))
+    store = store_at_revision(tmp_path / "old.db", "0004", OLD_JOB % '{"zone": "a"}')
     store.upgrade()
     with store.reader() as s:
         [row] = s.query(JobRow).all()

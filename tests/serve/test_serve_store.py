@@ -13,6 +13,7 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from serve_helpers import OLD_JOB, store_at_revision
 from sqlalchemy import text
 
 from trimtab.serve import gpus
@@ -136,22 +137,9 @@ def test_live_summary_metrics_follow_their_definitions(tmp_path: Path) -> None:
 
 def test_a_store_of_the_first_schema_is_upgraded_and_its_jobs_ask_for_whole_gpus(tmp_path: Path) -> None:
     """Revision 0002 adds `jobs.gpu_milli`; jobs stored before it read as whole-GPU jobs (0)."""
-    from alembic import command
-    from alembic.config import Config
+    from trimtab.serve.store import JobRow
 
-    from trimtab.serve.store import MIGRATIONS_DIR, JobRow
-
-    store = Store(sqlite_url(tmp_path / "old.db"))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with store.engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0001")
-        connection.execute(text(
-            "INSERT INTO jobs (name, tenant, user, state, priority, priority_class, tasks, gpus_per_task, cpu_milli, "
-            "mem_mib, gpu_models, node_selector, command, env, max_retries, attempts, failures, preemptions, "
-            "submit_s, reason, cancel_requested) VALUES ('old', 'default', '', 'pending', 0, '', 1, 2, 0, 0, '[]', "
-            "'{}', '[\"true\"]', '{}', 0, 0, 0, 0, 1.0, '', 0)"))
+    store = store_at_revision(tmp_path / "old.db", "0001", OLD_JOB % "{}")
     store.upgrade()
     with store.reader() as s:
         [job] = s.query(JobRow).all()

@@ -11,11 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import Server
-from sqlalchemy import text
+from serve_helpers import Server, store_at_revision
 
 from trimtab.serve.limits import TenantLimits, limits_of_flags
-from trimtab.serve.store import MIGRATIONS_DIR, Store, TenantRow, sqlite_url
+from trimtab.serve.store import TenantRow
 
 CLUSTER = """\
 nodes:
@@ -234,16 +233,8 @@ def test_limits_and_holds_survive_a_restart(tmp_path: Path) -> None:
 
 def test_a_store_of_the_second_schema_is_upgraded_and_its_tenants_keep_the_defaults(tmp_path: Path) -> None:
     """Revision 0003 adds `tenants.limits`; tenants stored before it have no overrides."""
-    from alembic import command
-    from alembic.config import Config
-
-    store = Store(sqlite_url(tmp_path / "old.db"))
-    config = Config()
-    config.set_main_option("script_location", str(MIGRATIONS_DIR))
-    with store.engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "0002")
-        connection.execute(text("INSERT INTO tenants (name, quota_gpus, created_s) VALUES ('old', 2, 1.0)"))
+    store = store_at_revision(tmp_path / "old.db", "0002",
+                              "INSERT INTO tenants (name, quota_gpus, created_s) VALUES ('old', 2, 1.0)")
     store.upgrade()
     with store.reader() as s:
         [row] = s.query(TenantRow).all()
