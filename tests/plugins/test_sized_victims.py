@@ -4,6 +4,8 @@ had holds for the jobs after it in the cycle, and victims alike in their first k
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -98,3 +100,13 @@ def test_victims_alike_in_their_level_are_alike_to_the_search(level_depth: int |
 def test_the_sizes_and_levels_are_validated(args: dict[str, float]) -> None:
     with pytest.raises(ValueError, match="must be >= "):
         LowerOrder(**args)  # type: ignore[arg-type]
+
+
+def test_the_sized_victims_profile_is_steady_with_lower_orders_sizes() -> None:
+    """docs/steady/sized-victims.yaml (the profile docs/steady.md measures) is steady but for lower-order's args."""
+    sized = Profile.load(str(Path(__file__).parents[2] / "docs" / "steady" / "sized-victims.yaml"))
+    steady = Profile.load("steady")
+    assert sized.args["lower-order"] == {**steady.args["lower-order"], "level_depth": 2,
+                                         "max_victim_gpus_per_gpu": 2, "victim_size_wait_s": 300}
+    assert sized.model_copy(update={"name": steady.name, "description": steady.description,
+                                    "args": steady.args}) == steady
