@@ -97,6 +97,7 @@ class LowerOrder(Plugin):
         too_big_gpus, sized_until_s = self._too_big_gpus, job.submit_s + self.victim_size_wait_s
         if self.max_victim_gpus_per_gpu is not None and now_s < sized_until_s:
             too_big_gpus = min(too_big_gpus, job.gpus * self.max_victim_gpus_per_gpu)
+        sized = too_big_gpus < math.inf
         passed_over: list[str] = []  # by their size
         level_depth = self.level_depth
         spared: list[str] = []  # by the checkpoint window
@@ -111,7 +112,7 @@ class LowerOrder(Plugin):
                     self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
                 elif ctx.running[jid].job.priority < job.priority:
                     yield level, jid
-                elif ctx.running[jid].alloc.gpus > too_big_gpus:
+                elif sized and ctx.running[jid].alloc.gpus > too_big_gpus:
                     passed_over.append(jid)
                 elif window_s is None:
                     yield level, jid
