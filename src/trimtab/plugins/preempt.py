@@ -21,8 +21,11 @@ from trimtab.policy import CycleContext, Decision, Plugin, RunningJob
 
 class LowerOrder(Plugin):
     """Victims are running jobs ordered strictly after the job by the first `key_depth` parts of the profile's
-    order key (worst first; a victim's whole order key is its level in the search, so the policy's own order
-    decides between nodes before the number of victims does). With `[las, fifo]` and depth 1, a
+    order key (worst first). A victim's level in the search is its whole order key, so the policy's own order
+    decides between nodes before the number of victims does; or its first `level_depth` parts (None: all), so
+    that victims alike in those (one priority class and LAS queue) are alike to the search, which then stops the
+    fewest of them and, for a gang, those on the nodes with the most room (the gang spans fewer nodes, and fewer
+    node failures stop it). With `[las, fifo]` and depth 1, a
     job preempts only jobs in a lower LAS queue, never one of its own queue (as in Tiresias). Anti-thrash guards
     (filters of the victims): a job that started less than `min_runtime_s` ago is spared, so a job is not stopped
     before it got anything done; a job already evicted `max_evictions` times (None: no cap) is not evicted again.
@@ -34,13 +37,27 @@ class LowerOrder(Plugin):
     once every `checkpoint_window_s`: a victim stays eligible that long). A job waits so for at most one
     `checkpoint_s` (every victim has passed a checkpoint by then; a gang that needs many victims at once may not
     find them all in their windows together), then evicts as without the window. A job of a higher priority class
-    than its victim does not wait for the checkpoint (a class above is urgent)."""
+    than its victim does not wait for the checkpoint (a class above is urgent).
+
+    Victims the size of the need (`max_victim_gpus_per_gpu`, None: off): in its first `victim_size_wait_s` after
+    submission, a job passes over victims of its class that hold more than this many times the GPUs it asks for
+    (stopping a gang of 8 GPUs for a job of one restarts 8 GPUs, and the gang, resumed on whatever GPUs are free
+    then, spans more nodes, any of whose failures stops it); then it stops them as it finds them. Counted from
+    the submission, not from the first attempt: jobs alike that wait behind it (a cycle does not ask them while
+    it fails) wait no longer for it. A job that finds no victim so passes its limit on to the jobs after it in
+    the cycle, so a later job never finds victims an earlier one was refused (the answers stay monotone, as the
+    cycle assumes when it stops asking larger jobs). Off in `steady`: see docs/steady.md for what it gives."""
 
     def __init__(self, min_runtime_s: float = 0.0, key_depth: int = 1, max_evictions: int | None = None,
                  checkpoint_window_s: float | None = None, checkpoint_s: float = 600.0,
-                 restart_s: float = 30.0) -> None:
-        if key_depth < 1:
-            raise ValueError("key_depth must be >= 1")
+                 restart_s: float = 30.0, level_depth: int | None = None,
+                 max_victim_gpus_per_gpu: float | None = None, victim_size_wait_s: float = 300.0) -> None:
+        if key_depth < 1 or (level_depth is not None and level_depth < 1):
+            raise ValueError("key_depth and level_depth must be >= 1")
+        if max_victim_gpus_per_gpu is not None and max_victim_gpus_per_gpu < 1:
+            raise ValueError("max_victim_gpus_per_gpu must be >= 1 (or null: off)")
+        if victim_size_wait_s < 0:
+            raise ValueError("victim_size_wait_s must be >= 0")
         if max_evictions is not None and max_evictions < 0:
             raise ValueError("max_evictions must be >= 0 (or null: no cap)")
         if checkpoint_window_s is not None and not 0 < checkpoint_window_s <= checkpoint_s:
@@ -51,12 +68,17 @@ class LowerOrder(Plugin):
         self.checkpoint_window_s = checkpoint_window_s
         self.checkpoint_s = float(checkpoint_s)
         self.restart_s = float(restart_s)
+        self.level_depth = level_depth
+        self.max_victim_gpus_per_gpu = max_victim_gpus_per_gpu
+        self.victim_size_wait_s = float(victim_size_wait_s)
         self.evictions: dict[str, int] = {}
         self._guard_ends_s = math.inf  # when the first job spared by a guard in this cycle may be a victim
         self._waiting_since_s: dict[str, float] = {}  # jobs waiting for their victims' checkpoints: since when
+        self._too_big_gpus = math.inf  # victims above this many GPUs are passed over for the rest of the cycle
 
     def open(self, ctx: CycleContext) -> None:
         self._guard_ends_s = math.inf
+        self._too_big_gpus = math.inf
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
         depth = self.key_depth
@@ -72,26 +94,41 @@ class LowerOrder(Plugin):
         if window_s is not None:
             patience_ends_s = self._waiting_since_s.get(job.id, now_s) + self.checkpoint_s
             window_s = window_s if now_s < patience_ends_s else None
+        too_big_gpus, sized_until_s = self._too_big_gpus, job.submit_s + self.victim_size_wait_s
+        if self.max_victim_gpus_per_gpu is not None and now_s < sized_until_s:
+            too_big_gpus = min(too_big_gpus, job.gpus * self.max_victim_gpus_per_gpu)
+        sized = too_big_gpus < math.inf
+        passed_over: list[str] = []  # by their size
+        level_depth = self.level_depth
         spared: list[str] = []  # by the checkpoint window
 
         def worst_first() -> Iterator[tuple[tuple[Any, ...], str]]:
             for i in range(len(ranked) - 1, first - 1, -1):
                 key, start_s, jid = ranked[i]
+                level = key if level_depth is None else key[:level_depth]
                 if cap is not None and evictions.get(jid, 0) >= cap:
                     continue
                 if now_s - start_s < min_runtime_s:  # spared for now: the scheduler must look again when it ends
                     self._guard_ends_s = min(self._guard_ends_s, start_s + min_runtime_s)
-                elif window_s is None or ctx.running[jid].job.priority < job.priority:
-                    yield key, jid
+                elif ctx.running[jid].job.priority < job.priority:
+                    yield level, jid
+                elif sized and ctx.running[jid].alloc.gpus > too_big_gpus:
+                    passed_over.append(jid)
+                elif window_s is None:
+                    yield level, jid
                 else:
                     to_checkpoint_s = self._to_checkpoint_s(ctx.running[jid], now_s)
                     if to_checkpoint_s <= 0.0:
-                        yield key, jid
+                        yield level, jid
                     else:
                         spared.append(jid)
                         self._guard_ends_s = min(self._guard_ends_s, now_s + max(to_checkpoint_s, window_s))
 
         victims = fewest_victims(job, ctx, worst_first())
+        if victims is None and passed_over:  # jobs after it pass over as much (answers stay monotone)
+            self._too_big_gpus = too_big_gpus
+            if sized_until_s > now_s:
+                self._guard_ends_s = min(self._guard_ends_s, sized_until_s)
         if victims is None and spared:
             since_s = self._waiting_since_s.setdefault(job.id, now_s)
             self._guard_ends_s = min(self._guard_ends_s, since_s + self.checkpoint_s)
