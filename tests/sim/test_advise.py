@@ -41,9 +41,11 @@ def test_causes_are_ranked_largest_first_and_load_is_not_the_schedulers() -> Non
 def test_candidates_compose_onto_the_current_profile() -> None:
     """A strategy changes only what answers its cause; one already in the profile is not offered again."""
     las = Profile.load("las")
-    [(min_runtime, guarded_las), (guarded, _)] = candidates_for(las, "preemption")
-    assert (min_runtime.name, guarded.name) == ("min-runtime", "guarded")
+    [(min_runtime, guarded_las), (sized, sized_las), (guarded, _)] = candidates_for(las, "preemption")
+    assert (min_runtime.name, sized.name, guarded.name) == ("min-runtime", "sized-victims", "guarded")
     assert guarded_las.args["lower-order"]["min_runtime_s"] == 3600.0
+    assert sized_las.args["lower-order"]["max_victim_gpus_per_gpu"] == 2.0
+    assert [s.name for s, _ in candidates_for(sized_las, "preemption")] == ["min-runtime", "guarded"]
     assert guarded_las.order == las.order and guarded_las.place == las.place
     assert [s.name for s, _ in candidates_for(Profile.load("fifo-backfill"), "blocking")] == ["reserve-aging"]
     both = compose(las, [min_runtime, guarded])

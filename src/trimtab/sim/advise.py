@@ -72,6 +72,12 @@ def _min_runtime(p: Profile) -> Profile | None:
     return p.with_args({g: {"min_runtime_s": max(3600.0, 2 * now)} for g in guards})
 
 
+def _sized_victims(p: Profile) -> Profile | None:
+    if "lower-order" not in p.enabled("preempt") or p.args.get("lower-order", {}).get("max_victim_gpus_per_gpu"):
+        return None
+    return p.with_args({"lower-order": {"level_depth": 2, "max_victim_gpus_per_gpu": 2.0, "victim_size_wait_s": 300.0}})
+
+
 def _guarded(p: Profile) -> Profile | None:
     if not p.preempt or "guarded" in p.enabled("preempt"):
         return None
@@ -115,6 +121,8 @@ STRATEGIES: tuple[Strategy, ...] = (
     Strategy("reclaim", "quota", "borrowing, and lenders reclaim what is lent", _quota(True, True)),
     Strategy("min-runtime", "preemption", "a job is not preempted in its first hour (or twice the guard)",
              _min_runtime),
+    Strategy("sized-victims", "preemption", "victims alike inside a queue; in a job's first 5 min, victims of at most "
+             "twice its GPUs", _sized_victims),
     Strategy("guarded", "preemption", "guarded preemption: checkpoint-aware victims, eviction caps and budget",
              _guarded),
     Strategy("drain", "failure", "drain nodes that fail far more often than the others", _filter("drain")),
