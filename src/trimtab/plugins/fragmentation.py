@@ -16,6 +16,7 @@ from trimtab.policy import CycleContext, Plugin
 
 Kind = tuple[int, int, int, tuple[str, ...]]
 _FEW = 8  # stale nodes up to which a score is refreshed on Python scalars (`_refresh_few`)
+_FEW_CHANGED = 64  # changed nodes up to which a score finds the stale ones among them, on Python scalars
 
 
 def _constrained_share(counts: Iterable[tuple[Kind, float]]) -> dict[tuple[str, ...], float]:
@@ -141,12 +142,14 @@ _HASH = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64
 
 
 class _Cache:
-    """Per request kind: the last score and GPU choice per node, and the node versions they were computed at."""
+    """Per request kind: the last score and GPU choice per node, the node versions they were computed at, and where
+    the cluster's change log stood at the last score."""
 
     def __init__(self, n: int) -> None:
         self.score = np.zeros(n)
         self.gpu = np.full(n, -1, dtype=np.int64)
         self.version = np.full(n, -1, dtype=np.int64)
+        self.seen = (0, -1)  # the cluster's change log at the last score, and the memory the task asked for then
 
 
 class _FragmentationPlacer(Plugin):
@@ -155,9 +158,9 @@ class _FragmentationPlacer(Plugin):
     changed since (ClusterState.version). `place` takes the highest total score (ties at random) and the GPU that
     gave the node its score."""
 
-    # `node_value` reads a state's CPU left only through the target's CPU checks (as `frag_milli` does): states are
-    # then known by their `cpu_step` instead of their CPU, so far more of them recur
-    cpu_by_step: ClassVar[bool] = True
+    # whether the measure reads a state's CPU left otherwise than through the target's CPU checks, in `finish`:
+    # `node_value` never does (states are known by their `cpu_step` instead of their CPU, so far more of them recur)
+    reads_cpu_left: ClassVar[bool] = False
 
     def __init__(self, target: TargetWorkload | Sequence[Any] | None = None, popular: float = 0.95) -> None:
         self.popular = popular
@@ -171,7 +174,8 @@ class _FragmentationPlacer(Plugin):
         self._known_for: TargetWorkload | None = None
         self._node_kind: list[tuple[bytes, float]] = []  # per node: its model mask and weight, as a state key part
         self._node_hash = np.zeros(0, dtype=np.uint64)  # the same as a 64-bit hash, for `_values`
-        self._known_few: dict[tuple[Any, ...], float] = {}  # measure by (CPU left, sorted GPU left, node kind)
+        self._known_few: dict[tuple[Any, ...], float] = {}  # `node_value` by (CPU step, sorted GPU left, node kind)
+        self._score_of: dict[float, float] = {}  # `to_score` by decrease of the measure, for `_refresh_few`
 
     # the target is the given workload, else the distribution of requests seen so far (learned online)
     def _target(self, job: Job) -> TargetWorkload:
@@ -191,9 +195,14 @@ class _FragmentationPlacer(Plugin):
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
                    model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
         """The measure to keep low (per node state; `node_weight` is `node_weight()` of the state's node); the score
-        is its decrease. A class whose measure reads `cpu_left` otherwise than through the target's CPU checks sets
-        `cpu_by_step` False."""
+        is its decrease. It must read `cpu_left` only through the target's CPU checks (states alike in `cpu_step`
+        share it); a class whose measure reads more of it sets `reads_cpu_left` and adds that part in `finish`."""
         return target.frag_milli(cpu_left, gpu_left, model_ok)
+
+    def finish(self, target: TargetWorkload, value: Any, cpu_left: Any, free_milli: Any, node_weight: Any) -> Any:
+        """With `reads_cpu_left`: the measure of states (arrays, or one state's scalars) from their `node_value`,
+        CPU left, free GPU milli and node weight."""
+        return value
 
     def to_score(self, delta: np.ndarray) -> np.ndarray:
         """0..100 from the decrease of the measure (milli-GPU)."""
@@ -214,17 +223,25 @@ class _FragmentationPlacer(Plugin):
                                                                                                  dtype=np.uint64)
                 self._node_hash = ok_hash * _HASH[2] + self._node_weight.astype(np.float64).view(np.uint64)
         if self._known_for is not target:  # measures known are the target's
-            self._known, self._known_few, self._known_for = {}, {}, target
+            self._known, self._known_few, self._score_of, self._known_for = {}, {}, {}, target
         key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
         cache = self._caches.get(key)
         if cache is None:
             cache = self._caches[key] = _Cache(len(cluster))
         # only nodes the task fits on now: a full node's entry stays stale until it is asked about while it fits
-        stale = np.flatnonzero((cache.version != cluster.version) & (cluster.fit_counts(task) > 0))
-        if stale.size > _FEW:
-            self._refresh(cache, stale, task, target, cluster)
-        elif stale.size:
-            self._refresh_few(cache, stale.tolist(), task, target, cluster)
+        # (its fit grows only by a change of the node, which the log names)
+        fit, log = cluster.fit_counts(task), cluster.fits.log
+        changed = log.since(cache.seen[0]) if cache.seen[1] == task.mem_mib else None  # memory bounds the fit too
+        if changed is None or len(changed) > _FEW_CHANGED:
+            stale = np.flatnonzero((cache.version != cluster.version) & (fit > 0)).tolist()
+        else:
+            version, kept = cluster.version, cache.version
+            stale = sorted({node for node in changed if fit.item(node) > 0 and kept.item(node) != version.item(node)})
+        cache.seen = (log.end, task.mem_mib)
+        if len(stale) > _FEW:
+            self._refresh(cache, np.array(stale), task, target, cluster)
+        elif stale:
+            self._refresh_few(cache, stale, task, target, cluster)
         self._last = cache
         return cache.score
 
@@ -260,8 +277,9 @@ class _FragmentationPlacer(Plugin):
     def _refresh_few(self, cache: _Cache, nodes: list[int], task: Resources, target: TargetWorkload,
                      cluster: ClusterState) -> None:
         """`_refresh` for a few nodes (the usual case: those changed since the kind was last scored) on Python
-        scalars: the same states, measures (looked up per target, the unknown ones computed in one batch), scores
-        (one `to_score` call for all) and choices, without the fixed cost of the array version."""
+        scalars: the same states, measures (`node_value` looked up per target, the unknown ones computed in one
+        batch), scores (`to_score` looked up by decrease, the unknown ones in one call) and choices, without the
+        fixed cost of the array version."""
         assert self._model_ok is not None and self._node_weight is not None
         known, share = self._known_few, task.gpu_milli
         # per node: its state now and, per GPU a share may take (one choice for whole GPUs), the state after or None
@@ -270,17 +288,18 @@ class _FragmentationPlacer(Plugin):
         for node in nodes:
             cpu, row = cluster.free_cpu_milli.item(node), cluster.gpu_free_milli[node].tolist()
             kind, after = self._node_kind[node], cpu - task.cpu_milli
-            cpu_key, after_key = (target.cpu_step(cpu), target.cpu_step(after)) if self.cpu_by_step else (cpu, after)
+            after_step = target.cpu_step(after)
             if share:  # the share on each GPU it fits on: GPUs alike in free milli give the same state
                 by_free: dict[int, tuple[Any, ...]] = {}
                 for gpu, free in enumerate(row):
                     if free >= share and free not in by_free:
-                        by_free[free] = (after_key, tuple(sorted([*row[:gpu], free - share, *row[gpu + 1:]])), kind)
+                        by_free[free] = (after_step, tuple(sorted([*row[:gpu], free - share, *row[gpu + 1:]])), kind)
                 options = [by_free.get(free) for free in row]
             else:  # whole GPUs come from the idle ones with the lowest index (or none are asked)
                 idle = [gpu for gpu, free in enumerate(row) if free == GPU_MILLI][:task.gpus]
-                options = [(after_key, tuple(sorted(0 if gpu in idle else free for gpu, free in enumerate(row))), kind)]
-            now = (cpu_key, tuple(sorted(row)), kind)
+                options = [(after_step, tuple(sorted(0 if gpu in idle else free for gpu, free in enumerate(row))),
+                            kind)]
+            now = (target.cpu_step(cpu), tuple(sorted(row)), kind)
             per_node.append((now, options))
             for state, cpu_left in ((now, cpu), *((option, after) for option in options)):
                 if state is not None and state not in known and state not in new:
@@ -291,38 +310,69 @@ class _FragmentationPlacer(Plugin):
             values = self.node_value(target, np.array([cpu for _, cpu in new.values()]),
                                      np.array([st[1] for st in new]), ok[rows], weight[rows])
             known.update(zip(new, values.tolist(), strict=True))
-        afters = [list(dict.fromkeys(option for option in options if option is not None)) for _, options in per_node]
-        scores = iter(self.to_score(np.array([known[now] - known[after] for (now, _), distinct
-                                              in zip(per_node, afters, strict=True) for after in distinct])).tolist())
-        for node, (_, options), distinct in zip(nodes, per_node, afters, strict=True):
-            score_of = {after: next(scores) for after in distinct}
-            per_gpu = [-1.0 if option is None else score_of[option] for option in options]
+        self._choose(cache, nodes, per_node, task)
+        version = cluster.version
+        for node in nodes:
+            cache.version[node] = version.item(node)
+
+    def _choose(self, cache: _Cache, nodes: list[int], per_node: list[tuple[tuple[Any, ...], list[Any]]],
+                task: Resources) -> None:
+        """`_refresh_few`'s scores and GPU choices, from each node's state now and its options (measures known)."""
+        score_of, share = self._score_of, task.gpu_milli
+        value_of = self._finisher(nodes, task)
+        per_node_scores: list[dict[tuple[Any, ...], float]] = []
+        unknown: list[float] = []
+        for node, (now, options) in zip(nodes, per_node, strict=True):
+            value_now = value_of(node, now, True)
+            decrease = {after: value_now - value_of(node, after, False) for after in options if after is not None}
+            unknown.extend(d for d in decrease.values() if d not in score_of)
+            per_node_scores.append(decrease)
+        if unknown:
+            score_of.update(zip(unknown, self.to_score(np.array(unknown)).tolist(), strict=True))
+        for node, (_, options), decrease in zip(nodes, per_node, per_node_scores, strict=True):
+            per_gpu = [-1.0 if option is None else score_of[decrease[option]] for option in options]
             best = max(range(len(per_gpu)), key=per_gpu.__getitem__)  # the first of equals: lowest GPU index
             cache.score[node] = max(per_gpu[best], 0.0)
             cache.gpu[node] = best if share else -1
-            cache.version[node] = cluster.version.item(node)
+
+    def _finisher(self, nodes: list[int], task: Resources) -> Any:
+        """value_of(node, state, now): a known state's measure on `node`, now or after the task (its CPU left)."""
+        known = self._known_few
+        if not self.reads_cpu_left:
+            return lambda node, state, now: known[state]
+        assert self._cluster is not None and self._known_for is not None and self._node_weight is not None
+        target, cpu, weight = self._known_for, self._cluster.free_cpu_milli, self._node_weight
+
+        def value_of(node: int, state: tuple[Any, ...], now: bool) -> float:
+            cpu_left = cpu.item(node) - (0 if now else task.cpu_milli)
+            return float(self.finish(target, known[state], cpu_left, sum(state[1]), weight.item(node)))
+
+        return value_of
 
     def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """The measure of many states (CPU left `cpu[r]` and GPUs left `gpu[r]` on node `nodes[r]`), each distinct
-        state computed once for the target. States are keyed by a 64-bit hash of the CPU left (its `cpu_step` under
-        `cpu_by_step`), the GPUs left as a multiset (a sum of random numbers, one per free milli: the measure does
-        not depend on the order of GPUs, so no sort), the model mask and the node weight; the measure does not
-        depend on the batch it is computed in either: a node's few states recur, so most are known."""
-        cpu_key = np.searchsorted(target.cpu_steps, cpu, side="right") if self.cpu_by_step else cpu
+        """The measure of many states (CPU left `cpu[r]` and GPUs left `gpu[r]` on node `nodes[r]`): `node_value`
+        of each distinct state computed once for the target, then `finish`. States are keyed by a 64-bit hash of the
+        CPU step, the GPUs left as a multiset (a sum of random numbers, one per free milli: the measure does not
+        depend on the order of GPUs, so no sort), the model mask and the node weight; the measure does not depend on
+        the batch it is computed in either: a node's few states recur, so most are known."""
+        cpu_step = np.searchsorted(target.cpu_steps, cpu, side="right")
         with np.errstate(over="ignore"):
-            key = cpu_key.astype(np.uint64) * _HASH[0] + _HASH[3][gpu].sum(axis=1, dtype=np.uint64)
+            key = cpu_step.astype(np.uint64) * _HASH[0] + _HASH[3][gpu].sum(axis=1, dtype=np.uint64)
             key = key * _HASH[1] + self._node_hash[nodes]
         # a batch holds few distinct states (about 50 in 1,200 rows on openb): Python looks at each once
         distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         known, keys = self._known, distinct.tolist()
         new = [i for i, k in enumerate(keys) if k not in known]
+        assert self._model_ok is not None and self._node_weight is not None
         if new:
             rows = first[new]
-            assert self._model_ok is not None and self._node_weight is not None
             at = nodes[rows]
             values = self.node_value(target, cpu[rows], gpu[rows], self._model_ok[:, at].T, self._node_weight[at])
             known.update(zip([keys[i] for i in new], values.tolist(), strict=True))
-        return np.array([known[k] for k in keys])[inverse.reshape(-1)]
+        value = np.array([known[k] for k in keys])[inverse.reshape(-1)]
+        if not self.reads_cpu_left:
+            return value
+        return self.finish(target, value, cpu, gpu.sum(axis=1), self._node_weight[nodes])
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         self._rank = tie_rank(ctx, getattr(self, "_rank", None))
@@ -366,17 +416,18 @@ class SteadyPack(_FragmentationPlacer):
     (`TargetWorkload.oversubscription`), so taking it costs a request that could go elsewhere that much per milli.
     Both vanish on a workload without model constraints. See docs/placement.md."""
 
-    cpu_by_step = False  # the CPU left feeds GPUs in proportion
+    reads_cpu_left = True  # the CPU left feeds GPUs in proportion
 
     def node_weight(self, target: TargetWorkload, cluster: ClusterState) -> np.ndarray:
         return target.oversubscription(cluster)
 
     def node_value(self, target: TargetWorkload, cpu_left: np.ndarray, gpu_left: np.ndarray,
                    model_ok: np.ndarray, node_weight: np.ndarray) -> np.ndarray:
-        frag = target.frag_milli(cpu_left, gpu_left, model_ok, other_models_count=False)
-        free = gpu_left.sum(axis=1)
+        return target.frag_milli(cpu_left, gpu_left, model_ok, other_models_count=False)
+
+    def finish(self, target: TargetWorkload, value: Any, cpu_left: Any, free_milli: Any, node_weight: Any) -> Any:
         feedable = cpu_left / max(target.cpu_per_gpu_milli, 1e-9)
-        return frag + np.maximum(0.0, free - feedable) - node_weight * free
+        return value + np.maximum(0.0, free_milli - feedable) - node_weight * free_milli
 
 
 PLUGINS = {
