@@ -139,6 +139,8 @@ class TargetWorkload:
 
 _HASH = (np.uint64(0x9E3779B97F4A7C15), np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB),
          np.random.default_rng(0).integers(1, 2**63, 4096, dtype=np.uint64) | np.uint64(1))
+# the same numbers as Python ints, for keys computed on scalars (`_refresh_few`): arithmetic modulo 2**64 as numpy's
+_H0, _H1, _TABLE, _MASK = int(_HASH[0]), int(_HASH[1]), _HASH[3].tolist(), (1 << 64) - 1
 
 
 class _Cache:
@@ -170,11 +172,10 @@ class _FragmentationPlacer(Plugin):
         self._model_ok: np.ndarray | None = None
         self._node_weight: np.ndarray | None = None
         self._cluster: ClusterState | None = None
-        self._known: dict[int, float] = {}  # measure by state key (see `_values`), for `_known_for`
+        self._node_hash = np.zeros(0, dtype=np.uint64)  # per node: its model mask and weight, a state key part
+        self._node_hash_list: list[int] = []  # the same, as Python ints
+        self._known: dict[int, float] = {}  # `node_value` by state key (see `_values`), for `_known_for`
         self._known_for: TargetWorkload | None = None
-        self._node_kind: list[tuple[bytes, float]] = []  # per node: its model mask and weight, as a state key part
-        self._node_hash = np.zeros(0, dtype=np.uint64)  # the same as a 64-bit hash, for `_values`
-        self._known_few: dict[tuple[Any, ...], float] = {}  # `node_value` by (CPU step, sorted GPU left, node kind)
         self._score_of: dict[float, float] = {}  # `to_score` by decrease of the measure, for `_refresh_few`
 
     # the target is the given workload, else the distribution of requests seen so far (learned online)
@@ -216,14 +217,13 @@ class _FragmentationPlacer(Plugin):
             self._caches.clear()
             self._model_ok = target.model_ok(cluster)
             self._node_weight = self.node_weight(target, cluster)
-            self._node_kind = [(col.tobytes(), w) for col, w in zip(self._model_ok.T, self._node_weight.tolist(),
-                                                                      strict=True)]
             with np.errstate(over="ignore"):
                 ok_hash = (self._model_ok.T.astype(np.uint64) * _HASH[3][:len(target.kinds)]).sum(axis=1,
                                                                                                  dtype=np.uint64)
                 self._node_hash = ok_hash * _HASH[2] + self._node_weight.astype(np.float64).view(np.uint64)
+            self._node_hash_list = self._node_hash.tolist()
         if self._known_for is not target:  # measures known are the target's
-            self._known, self._known_few, self._score_of, self._known_for = {}, {}, {}, target
+            self._known, self._score_of, self._known_for = {}, {}, target
         key = (task.cpu_milli, task.gpus, task.gpu_milli, task.mig)
         cache = self._caches.get(key)
         if cache is None:
@@ -277,77 +277,76 @@ class _FragmentationPlacer(Plugin):
     def _refresh_few(self, cache: _Cache, nodes: list[int], task: Resources, target: TargetWorkload,
                      cluster: ClusterState) -> None:
         """`_refresh` for a few nodes (the usual case: those changed since the kind was last scored) on Python
-        scalars: the same states, measures (`node_value` looked up per target, the unknown ones computed in one
-        batch), scores (`to_score` looked up by decrease, the unknown ones in one call) and choices, without the
-        fixed cost of the array version."""
-        assert self._model_ok is not None and self._node_weight is not None
-        known, share = self._known_few, task.gpu_milli
-        # per node: its state now and, per GPU a share may take (one choice for whole GPUs), the state after or None
-        per_node: list[tuple[tuple[Any, ...], list[tuple[Any, ...] | None]]] = []
-        new: dict[tuple[Any, ...], tuple[int, int]] = {}  # unknown state -> a node and CPU left giving it
+        scalars: the same states under the same keys as `_values` (a state after the task is its state now with one
+        GPU's number of the multiset swapped, no sort), measures (the unknown ones computed in one batch), scores
+        (`to_score` looked up by decrease, the unknown ones in one call) and choices, without the fixed cost of the
+        array version."""
+        known, share, kinds = self._known, task.gpu_milli, self._node_hash_list
+        # per node: key of its state now and, per GPU a share may take (one choice for whole GPUs), the key after or
+        # None; then its CPU left and free GPU milli now and after
+        per_node: list[tuple[int, list[int | None], int, int, int, int]] = []
+        new: dict[int, tuple[int, int, list[int]]] = {}  # unknown state -> a node, CPU and GPUs left giving it
         for node in nodes:
             cpu, row = cluster.free_cpu_milli.item(node), cluster.gpu_free_milli[node].tolist()
-            kind, after = self._node_kind[node], cpu - task.cpu_milli
-            after_step = target.cpu_step(after)
+            kind, after, row_hash, free = kinds[node], cpu - task.cpu_milli, sum(_TABLE[f] for f in row), sum(row)
+            now = ((target.cpu_step(cpu) * _H0 + row_hash) * _H1 + kind) & _MASK
+            if now not in known:
+                new.setdefault(now, (node, cpu, row))
+            after_hash = target.cpu_step(after) * _H0 + row_hash
             if share:  # the share on each GPU it fits on: GPUs alike in free milli give the same state
-                by_free: dict[int, tuple[Any, ...]] = {}
-                for gpu, free in enumerate(row):
-                    if free >= share and free not in by_free:
-                        by_free[free] = (after_step, tuple(sorted([*row[:gpu], free - share, *row[gpu + 1:]])), kind)
-                options = [by_free.get(free) for free in row]
-            else:  # whole GPUs come from the idle ones with the lowest index (or none are asked)
-                idle = [gpu for gpu, free in enumerate(row) if free == GPU_MILLI][:task.gpus]
-                options = [(after_step, tuple(sorted(0 if gpu in idle else free for gpu, free in enumerate(row))),
-                            kind)]
-            now = (target.cpu_step(cpu), tuple(sorted(row)), kind)
-            per_node.append((now, options))
-            for state, cpu_left in ((now, cpu), *((option, after) for option in options)):
-                if state is not None and state not in known and state not in new:
-                    new[state] = (node, cpu_left)
+                by_free: dict[int, int] = {}
+                for gpu, left in enumerate(row):
+                    if left >= share and left not in by_free:
+                        key = by_free[left] = ((after_hash - _TABLE[left] + _TABLE[left - share]) * _H1 + kind) & _MASK
+                        if key not in known:
+                            new.setdefault(key, (node, after, [*row[:gpu], left - share, *row[gpu + 1:]]))
+                options: list[int | None] = [by_free.get(left) for left in row]
+                per_node.append((now, options, cpu, after, free, free - share))
+                continue
+            # whole GPUs come from the idle ones with the lowest index (or none are asked)
+            taken = min(task.gpus, row.count(GPU_MILLI))
+            key = ((after_hash + taken * (_TABLE[0] - _TABLE[GPU_MILLI])) * _H1 + kind) & _MASK
+            if key not in known:
+                idle = [gpu for gpu, left in enumerate(row) if left == GPU_MILLI][:taken]
+                new.setdefault(key, (node, after, [0 if gpu in idle else left for gpu, left in enumerate(row)]))
+            per_node.append((now, [key], cpu, after, free, free - taken * GPU_MILLI))
         if new:
-            ok, weight = self._model_ok.T, self._node_weight
-            rows = [node for node, _ in new.values()]
-            values = self.node_value(target, np.array([cpu for _, cpu in new.values()]),
-                                     np.array([st[1] for st in new]), ok[rows], weight[rows])
+            assert self._model_ok is not None and self._node_weight is not None
+            at = [node for node, _, _ in new.values()]
+            values = self.node_value(target, np.array([cpu for _, cpu, _ in new.values()]),
+                                     np.array([row for _, _, row in new.values()]), self._model_ok.T[at],
+                                     self._node_weight[at])
             known.update(zip(new, values.tolist(), strict=True))
-        self._choose(cache, nodes, per_node, task)
+        self._choose(cache, nodes, per_node, task, target)
         version = cluster.version
         for node in nodes:
             cache.version[node] = version.item(node)
 
-    def _choose(self, cache: _Cache, nodes: list[int], per_node: list[tuple[tuple[Any, ...], list[Any]]],
-                task: Resources) -> None:
-        """`_refresh_few`'s scores and GPU choices, from each node's state now and its options (measures known)."""
-        score_of, share = self._score_of, task.gpu_milli
-        value_of = self._finisher(nodes, task)
-        per_node_scores: list[dict[tuple[Any, ...], float]] = []
+    def _choose(self, cache: _Cache, nodes: list[int], per_node: list[tuple[int, list[int | None], int, int, int, int]],
+                task: Resources, target: TargetWorkload) -> None:
+        """`_refresh_few`'s scores and GPU choices, from each node's states now and after (measures known)."""
+        known, score_of, weight = self._known, self._score_of, self._node_weight
+        assert weight is not None
+        decreases: list[dict[int, float]] = []
         unknown: list[float] = []
-        for node, (now, options) in zip(nodes, per_node, strict=True):
-            value_now = value_of(node, now, True)
-            decrease = {after: value_now - value_of(node, after, False) for after in options if after is not None}
+        for node, (now, options, cpu, after, free, free_after) in zip(nodes, per_node, strict=True):
+            if self.reads_cpu_left:
+                w = weight.item(node)
+                value_now = float(self.finish(target, known[now], cpu, free, w))
+                decrease = {key: value_now - float(self.finish(target, known[key], after, free_after, w))
+                            for key in options if key is not None}
+            else:
+                value_now = known[now]
+                decrease = {key: value_now - known[key] for key in options if key is not None}
             unknown.extend(d for d in decrease.values() if d not in score_of)
-            per_node_scores.append(decrease)
+            decreases.append(decrease)
         if unknown:
             score_of.update(zip(unknown, self.to_score(np.array(unknown)).tolist(), strict=True))
-        for node, (_, options), decrease in zip(nodes, per_node, per_node_scores, strict=True):
-            per_gpu = [-1.0 if option is None else score_of[decrease[option]] for option in options]
+        for node, (_, options, *_), decrease in zip(nodes, per_node, decreases, strict=True):
+            per_gpu = [-1.0 if key is None else score_of[decrease[key]] for key in options]
             best = max(range(len(per_gpu)), key=per_gpu.__getitem__)  # the first of equals: lowest GPU index
             cache.score[node] = max(per_gpu[best], 0.0)
-            cache.gpu[node] = best if share else -1
-
-    def _finisher(self, nodes: list[int], task: Resources) -> Any:
-        """value_of(node, state, now): a known state's measure on `node`, now or after the task (its CPU left)."""
-        known = self._known_few
-        if not self.reads_cpu_left:
-            return lambda node, state, now: known[state]
-        assert self._cluster is not None and self._known_for is not None and self._node_weight is not None
-        target, cpu, weight = self._known_for, self._cluster.free_cpu_milli, self._node_weight
-
-        def value_of(node: int, state: tuple[Any, ...], now: bool) -> float:
-            cpu_left = cpu.item(node) - (0 if now else task.cpu_milli)
-            return float(self.finish(target, known[state], cpu_left, sum(state[1]), weight.item(node)))
-
-        return value_of
+            cache.gpu[node] = best if task.gpu_milli else -1
 
     def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, nodes: np.ndarray) -> np.ndarray:
         """The measure of many states (CPU left `cpu[r]` and GPUs left `gpu[r]` on node `nodes[r]`): `node_value`
