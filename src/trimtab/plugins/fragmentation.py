@@ -263,10 +263,14 @@ class _FragmentationPlacer(Plugin):
                 options[:, 0, :] -= np.where(idle & take, GPU_MILLI, 0)
             feasible = np.ones((len(nodes), 1), dtype=bool)
         n_opt = options.shape[1]
-        states = np.concatenate([rows[:, None, :], options], axis=1)  # option 0: as is
+        states = np.concatenate([rows[:, None, :], options], axis=1).reshape(-1, width)  # option 0: as is
         cpus = np.concatenate([cpu[:, None], np.repeat((cpu - task.cpu_milli)[:, None], n_opt, axis=1)], axis=1)
-        values = self._values(target, cpus.reshape(-1), states.reshape(-1, width),
-                              np.repeat(nodes, n_opt + 1)).reshape(len(nodes), n_opt + 1)
+        # only the states a task can leave are measured: a share on a GPU without room for it scores -1 anyway
+        measured = np.concatenate([np.ones((len(nodes), 1), dtype=bool), feasible], axis=1).reshape(-1)
+        values = np.full(measured.size, np.nan)  # NaN passes through `to_score` quietly, then scores -1
+        values[measured] = self._values(target, cpus.reshape(-1)[measured], states[measured],
+                                        np.repeat(nodes, n_opt + 1)[measured])
+        values = values.reshape(len(nodes), n_opt + 1)
         scores = self.to_score(values[:, :1] - values[:, 1:])
         scores = np.where(feasible, scores, -1.0)
         best = np.argmax(scores, axis=1)  # the first of equals: lowest GPU index
