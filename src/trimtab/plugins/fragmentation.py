@@ -429,8 +429,10 @@ class SteadyPack(_FragmentationPlacer):
         return target.frag_milli(cpu_left, gpu_left, model_ok, other_models_count=False)
 
     def finish(self, target: TargetWorkload, value: Any, cpu_left: Any, free_milli: Any, node_weight: Any) -> Any:
-        feedable = cpu_left / max(target.cpu_per_gpu_milli, 1e-9)
-        return value + np.maximum(0.0, free_milli - feedable) - node_weight * free_milli
+        stranded = free_milli - cpu_left / max(target.cpu_per_gpu_milli, 1e-9)  # free milli the CPU cannot feed
+        # `(stranded > 0)` as a factor keeps what is positive, on arrays and on one state's scalars alike (a numpy
+        # call per state would cost more than the rest of the state's score)
+        return value + stranded * (stranded > 0) - node_weight * free_milli
 
 
 PLUGINS = {
