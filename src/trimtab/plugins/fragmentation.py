@@ -4,7 +4,7 @@ against, and the placers that score and place by the fragmentation a placement a
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
@@ -247,35 +247,48 @@ class _FragmentationPlacer(Plugin):
 
     def _refresh(self, cache: _Cache, nodes: np.ndarray, task: Resources, target: TargetWorkload,
                  cluster: ClusterState) -> None:
-        cpu = cluster.free_cpu_milli[nodes]
-        rows = cluster.gpu_free_milli[nodes]
-        width = rows.shape[1]
-        if task.gpu_milli:  # one option per GPU: the share on that GPU
-            options = np.repeat(rows[:, None, :], width, axis=1)
-            idx = np.arange(width)
-            options[:, idx, idx] -= task.gpu_milli
-            feasible = options.min(axis=2) >= 0
-        else:
-            options = rows[:, None, :].copy()
-            if task.gpus:  # whole GPUs come from the idle ones; which ones does not change the measure
-                idle = rows == GPU_MILLI
-                take = np.cumsum(idle, axis=1) <= task.gpus
-                options[:, 0, :] -= np.where(idle & take, GPU_MILLI, 0)
-            feasible = np.ones((len(nodes), 1), dtype=bool)
+        """Score `nodes` on arrays: each node's state now and, per option (a share on each GPU with room for it; one
+        choice for whole GPUs or none), its state after, keyed as `_values` keys states without building them (a
+        share swaps one number of the multiset); `_values` builds only the states it does not know."""
+        cpu, rows, share, n = cluster.free_cpu_milli[nodes], cluster.gpu_free_milli[nodes], task.gpu_milli, len(nodes)
+        held = _HASH[3][rows]
+        row_hash, free = held.sum(axis=1, dtype=np.uint64), rows.sum(axis=1)
+        with np.errstate(over="ignore"):
+            if share:  # one option per GPU: the share on that GPU, where it fits
+                feasible = rows >= share
+                options = row_hash[:, None] - held + _HASH[3][np.where(feasible, rows - share, 0)]
+                free_after = free - share
+            else:  # whole GPUs come from the idle ones (which ones does not change the measure), or none are asked
+                taken = np.minimum((rows == GPU_MILLI).sum(axis=1), task.gpus)
+                feasible = np.ones((n, 1), dtype=bool)
+                options = (row_hash + taken.astype(np.uint64) * (_HASH[3][0] - _HASH[3][GPU_MILLI]))[:, None]
+                free_after = free - taken * GPU_MILLI
         n_opt = options.shape[1]
-        states = np.concatenate([rows[:, None, :], options], axis=1).reshape(-1, width)  # option 0: as is
-        cpus = np.concatenate([cpu[:, None], np.repeat((cpu - task.cpu_milli)[:, None], n_opt, axis=1)], axis=1)
-        # only the states a task can leave are measured: a share on a GPU without room for it scores -1 anyway
-        measured = np.concatenate([np.ones((len(nodes), 1), dtype=bool), feasible], axis=1).reshape(-1)
-        values = np.full(measured.size, np.nan)  # NaN passes through `to_score` quietly, then scores -1
-        values[measured] = self._values(target, cpus.reshape(-1)[measured], states[measured],
-                                        np.repeat(nodes, n_opt + 1)[measured])
-        values = values.reshape(len(nodes), n_opt + 1)
-        scores = self.to_score(values[:, :1] - values[:, 1:])
-        scores = np.where(feasible, scores, -1.0)
+        measured = feasible.reshape(-1)  # a share on a GPU without room for it is not measured: it scores -1
+        of_node = np.repeat(np.arange(n), n_opt)[measured]
+        gpu = np.tile(np.arange(n_opt), n)[measured]
+
+        def rows_of(picked: np.ndarray) -> np.ndarray:  # the GPUs left of states (now: below n; after: the others)
+            after, source = picked >= n, picked.copy()
+            source[after] = of_node[picked[after] - n]
+            out = rows[source]
+            if share:
+                out[after, gpu[picked[after] - n]] -= share
+            elif task.gpus:
+                idle = out == GPU_MILLI
+                out -= np.where(after[:, None] & idle & (np.cumsum(idle, axis=1) <= task.gpus), GPU_MILLI, 0)
+            return out
+
+        values = self._values(target, np.concatenate([cpu, cpu[of_node] - task.cpu_milli]),
+                              np.concatenate([row_hash, options.reshape(-1)[measured]]),
+                              np.concatenate([nodes, nodes[of_node]]), np.concatenate([free, free_after[of_node]]),
+                              rows_of)
+        decrease = np.full(n * n_opt, np.nan)  # NaN passes through `to_score` quietly, then scores -1
+        decrease[measured] = values[of_node] - values[n:]
+        scores = np.where(feasible, self.to_score(decrease.reshape(n, n_opt)), -1.0)
         best = np.argmax(scores, axis=1)  # the first of equals: lowest GPU index
-        cache.score[nodes] = np.maximum(scores[np.arange(len(nodes)), best], 0.0)
-        cache.gpu[nodes] = best if task.gpu_milli else -1
+        cache.score[nodes] = np.maximum(scores[np.arange(n), best], 0.0)
+        cache.gpu[nodes] = best if share else -1
         cache.version[nodes] = cluster.version[nodes]
 
     def _refresh_few(self, cache: _Cache, nodes: list[int], task: Resources, target: TargetWorkload,
@@ -352,30 +365,32 @@ class _FragmentationPlacer(Plugin):
             cache.score[node] = max(per_gpu[best], 0.0)
             cache.gpu[node] = best if task.gpu_milli else -1
 
-    def _values(self, target: TargetWorkload, cpu: np.ndarray, gpu: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-        """The measure of many states (CPU left `cpu[r]` and GPUs left `gpu[r]` on node `nodes[r]`): `node_value`
-        of each distinct state computed once for the target, then `finish`. States are keyed by a 64-bit hash of the
-        CPU step, the GPUs left as a multiset (a sum of random numbers, one per free milli: the measure does not
-        depend on the order of GPUs, so no sort), the model mask and the node weight; the measure does not depend on
-        the batch it is computed in either: a node's few states recur, so most are known."""
+    def _values(self, target: TargetWorkload, cpu: np.ndarray, multiset: np.ndarray, nodes: np.ndarray,
+                free: np.ndarray, rows_of: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+        """The measure of many states (CPU left `cpu[r]`, GPUs left hashed as `multiset[r]`, free GPU milli `free[r]`
+        on node `nodes[r]`; `rows_of(r)` builds the GPUs left of states r): `node_value` of each distinct state
+        computed once for the target, then `finish`. States are keyed by a 64-bit hash of the CPU step, the GPUs
+        left as a multiset (a sum of random numbers, one per free milli: the measure does not depend on the order of
+        GPUs, so no sort), the model mask and the node weight; the measure does not depend on the batch it is
+        computed in either: a node's few states recur, so most are known."""
         cpu_step = np.searchsorted(target.cpu_steps, cpu, side="right")
         with np.errstate(over="ignore"):
-            key = cpu_step.astype(np.uint64) * _HASH[0] + _HASH[3][gpu].sum(axis=1, dtype=np.uint64)
-            key = key * _HASH[1] + self._node_hash[nodes]
-        # a batch holds few distinct states (about 50 in 1,200 rows on openb): Python looks at each once
+            key = (cpu_step.astype(np.uint64) * _HASH[0] + multiset) * _HASH[1] + self._node_hash[nodes]
+        # a batch holds few distinct states (about 50 in 1,200 on openb): Python looks at each once
         distinct, first, inverse = np.unique(key, return_index=True, return_inverse=True)
         known, keys = self._known, distinct.tolist()
         new = [i for i, k in enumerate(keys) if k not in known]
         assert self._model_ok is not None and self._node_weight is not None
         if new:
-            rows = first[new]
-            at = nodes[rows]
-            values = self.node_value(target, cpu[rows], gpu[rows], self._model_ok[:, at].T, self._node_weight[at])
+            picked = first[new]
+            at = nodes[picked]
+            values = self.node_value(target, cpu[picked], rows_of(picked), self._model_ok[:, at].T,
+                                     self._node_weight[at])
             known.update(zip([keys[i] for i in new], values.tolist(), strict=True))
         value = np.array([known[k] for k in keys])[inverse.reshape(-1)]
         if not self.reads_cpu_left:
             return value
-        return self.finish(target, value, cpu, gpu.sum(axis=1), self._node_weight[nodes])
+        return self.finish(target, value, cpu, free, self._node_weight[nodes])
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
         self._rank = tie_rank(ctx, getattr(self, "_rank", None))
