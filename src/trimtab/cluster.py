@@ -9,13 +9,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from trimtab.fit import GPU_MILLI, FitBook
 from trimtab.mig import MIG_GEOMETRY, MIG_SLOTS, MigProfile, mig_model, overlaps, slice_starts
 from trimtab.model import Node, Resources
 from trimtab.txn import Txn
 
-_BIG = np.iinfo(np.int64).max
-GPU_MILLI = 1000  # thousandths of one GPU: a whole GPU
-_SHARE_SIZES_KEPT = 64  # share sizes whose per-node fit is kept (`_share_fit`): memory stays bounded on any trace
+
 def gpu_kind(task: Resources) -> str:
     """The kind of GPU request, for keeping like with like: "share-gpu", "<n>-gpu", "mig-<profile>", or ""."""
     if task.gpu_milli:
@@ -62,8 +61,8 @@ class ClusterState:
     used has 0 free GPUs and 3200 free milli-GPU, none of it usable by a task asking for 500. Free amounts never go
     below zero nor above capacity, and no GPU ever holds more than 1000 milli: `allocate` and `release` check.
     A MIG-capable GPU (see `mig_model`) holding a busy MIG slice serves only MIG requests until it is idle again.
-    The arrays change only through `allocate`, `release`, `set_health` and a Txn's holds (each counted in
-    `changes`); other code reads them."""
+    The arrays change only through `allocate`, `release`, `set_health` and a Txn's holds (each names the nodes it
+    changed in `fits.log`); other code reads them."""
 
     def __init__(self, nodes: Sequence[Node]) -> None:
         if not nodes:
@@ -100,11 +99,7 @@ class ClusterState:
         self.mig_capable = np.array([g is not None for g in self.mig_geometry], dtype=bool)
         self.mig_busy = np.zeros(self.gpu_free_milli.shape, dtype=np.int64)  # slot bitmask of busy slices
         self.mig_carved: dict[tuple[int, int], dict[int, str]] = {}  # (node, gpu) -> {start slot: profile}
-        # bumped by every change of free resources, holds and health: the key of fit_counts' last answer, which
-        # a cycle asks for twice in a row (placement, then a scorer or the victim search)
-        self.changes = 0
-        self._last_fit: tuple[int, Resources, np.ndarray] | None = None
-        self._share_fits: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # see `_share_fit`
+        self.fits = FitBook(self)  # fit counts kept per request, and the log of changed nodes they follow
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -131,55 +126,7 @@ class ClusterState:
         """How many tasks of `task` each node can take now (0 on unhealthy nodes). Whole GPUs count idle GPUs
         (`free_gpus`), a share counts per GPU how many copies fit in its free milli, a MIG slice counts the slices
         that can be placed without overlap under the profile's placement rules. The caller owns the array."""
-        last = self._last_fit
-        if last is not None and last[0] == self.changes and (last[1] is task or last[1] == task):
-            return last[2].copy()
-        bounds = [free // need for need, free in ((task.cpu_milli, self.free_cpu_milli),
-                                                  (task.mem_mib, self.free_mem_mib)) if need]
-        if task.gpus:
-            bounds.append(self.free_gpus // task.gpus)
-        elif task.gpu_milli:
-            bounds.append(self._share_fit(task.gpu_milli))
-        elif task.mig:
-            bounds.append(self._mig_fit(task.mig))
-        if len(bounds) > 1:
-            counts = np.minimum(bounds[0], bounds[1])
-            for bound in bounds[2:]:
-                np.minimum(counts, bound, out=counts)
-        else:  # copied: the share bound is kept
-            counts = bounds[0].copy() if bounds else np.full(len(self.nodes), _BIG, dtype=np.int64)
-        counts[~self.healthy] = 0
-        self._last_fit = (self.changes, task, counts)
-        return counts.copy()
-
-    def _share_fit(self, milli: int) -> np.ndarray:
-        """Per node, how many shares of `milli` its GPUs take (the sum over GPUs of free // milli): kept per share
-        size with the node versions it was counted at, and recounted only on the nodes changed since (the share
-        matrix is the widest array a fit reads). Read-only for the caller."""
-        kept = self._share_fits.get(milli)
-        if kept is None:
-            if len(self._share_fits) >= _SHARE_SIZES_KEPT:
-                del self._share_fits[next(iter(self._share_fits))]  # the size kept longest
-            kept = self._share_fits[milli] = ((self.gpu_free_milli // milli).sum(axis=1), self.version.copy())
-            return kept[0]
-        fits, versions = kept
-        stale = np.flatnonzero(versions != self.version)
-        if stale.size:
-            fits[stale] = (self.gpu_free_milli[stale] // milli).sum(axis=1)
-            versions[stale] = self.version[stale]
-        return fits
-
-    def _mig_fit(self, profile_name: str) -> np.ndarray:
-        fit = np.zeros(len(self.nodes), dtype=np.int64)
-        for node in np.flatnonzero(self.mig_capable):
-            profile = self.mig_geometry[node].get(profile_name)  # type: ignore[union-attr]
-            if profile is None:
-                continue
-            fit[node] = sum(len(slice_starts(
-                int(self.mig_busy[node, gpu]), bool(self.gpu_free_milli[node, gpu] != GPU_MILLI),
-                self.mig_carved.get((int(node), gpu), {}), self.mig_geometry[node], profile, many=True))  # type: ignore[arg-type]
-                for gpu in range(int(self.cap_gpus[node])))
-        return fit
+        return self.fits.counts(task)
 
     def label_mask(self, key: str, value: str) -> np.ndarray:
         """Nodes whose label `key` equals `value` (cached: labels never change)."""
@@ -207,7 +154,6 @@ class ClusterState:
         array changes."""
         nodes, counts, task = alloc.nodes, alloc.counts, alloc.task
         verb = "over-allocate" if sign < 0 else "release more than allocated on"
-        self.changes += 1
         if not (task.mig or self.mig_carved) and (sign < 0 or alloc.gpu_idx is not None or not task.gpus):
             self._apply_scalar(alloc, sign, verb)
             return
@@ -251,6 +197,7 @@ class ClusterState:
                 per_node = book.setdefault(key, np.zeros(len(self.nodes), dtype=np.int64))
                 per_node[nodes] -= sign * counts
         self.version[nodes] += 1
+        self.fits.log.add(nodes.tolist())
 
     def _apply_scalar(self, alloc: Allocation, sign: int, verb: str) -> None:
         """`_apply` for whole GPUs, shares or no GPU with no MIG partition on the cluster, node by node on scalars
@@ -294,6 +241,7 @@ class ClusterState:
             version[node] = version.item(node) + 1
         if rows:
             self._write_gpus(nodes, rows)
+        self.fits.log.add(nodes)
 
     def _write_gpus(self, nodes: list[int], rows: list[dict[int, tuple[int, int]]]) -> None:
         """Apply checked GPU changes (`rows[i]`: GPU -> free milli before and after, on `nodes[i]`); the idle counts
@@ -491,7 +439,7 @@ class ClusterState:
         """Mark a node up or down; a down node's free GPUs are out of reach until it is up again."""
         if bool(self.healthy[node]) == healthy:
             return
-        self.changes += 1
+        self.fits.log.add([node])
         self.healthy[node] = healthy
         self.free_gpus_total += int(self.free_gpus[node]) * (1 if healthy else -1)
 

@@ -34,10 +34,11 @@ class Txn:
 
     def hold_gpus(self, gpus: np.ndarray) -> None:
         """Keep `gpus[i]` idle GPUs of node i (reserved for other jobs) out of reach of `fit_counts` until the end:
-        only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay). `gpus` must not change."""
+        only `free_gpus` changes (no GPU is chosen; shares, the free total, versions stay; the held nodes are logged
+        as changed for the kept fits). `gpus` must not change."""
         self._check_open()
         self._state.free_gpus -= gpus
-        self._state.changes += 1
+        self._state.fits.log.add(gpus.nonzero()[0].tolist())
         self._held.append(gpus)
 
     def commit(self) -> None:
@@ -56,7 +57,7 @@ class Txn:
     def _end(self) -> None:
         for gpus in self._held:  # holds end with the transaction, committed or not
             self._state.free_gpus += gpus
-            self._state.changes += 1
+            self._state.fits.log.add(gpus.nonzero()[0].tolist())
         self._held.clear()
         self._open = False
 

@@ -85,3 +85,50 @@ def test_label_and_model_masks():
                           Node("b", Resources(1), gpu_model="k80", labels={"zone": "y"})])
     assert state.label_mask("zone", "y").tolist() == [False, True]
     assert state.model_mask(["v100"]).tolist() == [True, False]
+
+
+def fresh_fit(state, task):
+    """The fit counted from scratch, as if no answer had been kept."""
+    state.fits.__init__(state)
+    return state.fit_counts(task)
+
+
+def test_kept_fit_counts_follow_every_change():
+    """Fit counts kept between calls (recounted on the changed nodes only) equal a count from scratch after any
+    sequence of allocations, releases (some refused), holds, health changes and MIG slices; and when the change log
+    has been cut short (a reader too far behind), the full count takes over."""
+    rng = np.random.default_rng(3)
+    cluster = [Node(f"n{i}", Resources(4 + 4 * (i % 2), 16_000 * (1 + i % 3), 8_192), gpu_model=("a100", "v100")[i % 2])
+               for i in range(12)]
+    state = ClusterState(cluster)
+    asks = [Resources(gpus=1, cpu_milli=2_000, mem_mib=1_024), Resources(gpus=2, cpu_milli=6_000),
+            Resources(gpu_milli=300, cpu_milli=1_000), Resources(gpu_milli=700, mem_mib=3_000),
+            Resources(cpu_milli=5_000, mem_mib=2_048), Resources(mig="1g.5gb"), Resources(mig="3g.20gb")]
+    held: list[Allocation] = []
+    for step in range(400):
+        task = asks[int(rng.integers(len(asks)))]
+        action = rng.random()
+        if action < 0.5:
+            node = int(rng.integers(len(cluster)))
+            try:
+                a = Allocation(np.array([node]), np.array([int(rng.integers(1, 3))]), task)
+                state.allocate(a)
+                held.append(a)
+            except ValueError:
+                pass
+        elif action < 0.8 and held:
+            state.release(held.pop(int(rng.integers(len(held)))))
+        elif action < 0.9:
+            state.set_health(int(rng.integers(len(cluster))), bool(rng.random() < 0.7))
+        else:
+            with state.txn() as txn:
+                txn.hold_gpus(np.minimum(state.free_gpus, rng.integers(0, 3, len(cluster))))
+                kept = state.fit_counts(task)
+                assert kept.tolist() == fresh_fit(state, task).tolist()
+        kept = [state.fit_counts(ask).tolist() for ask in asks]
+        if step % 7 == 0:  # now and then from scratch, so that later answers are recounts of many steps
+            assert kept == [fresh_fit(state, ask).tolist() for ask in asks], step
+    log = state.fits.log
+    log.add([0] * 70_000)  # past the log's length: it is cut, and readers behind it count every node
+    assert log.since(0) is None
+    assert [state.fit_counts(ask).tolist() for ask in asks] == [fresh_fit(state, ask).tolist() for ask in asks]

@@ -295,3 +295,36 @@ def test_openb_prefixes_reach_the_readers(tmp_path):
     pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,10,1,200\n")
     assert load_cluster(f"openb:{nodes}")[0].capacity.gpus == 8
     assert load_trace(f"openb:{pods}")[0].task.gpu_milli == 200
+
+
+@pytest.mark.parametrize("policy", ["fgd", "steady-pack"])
+def test_scores_refreshed_a_few_nodes_at_a_time_equal_scores_computed_afresh(policy):
+    """fgd and steady-pack keep each request kind's scores and recompute only the nodes changed since, one by one on
+    Python scalars when they are few, on arrays when they are many: both give what a fresh plugin computes for
+    every node, scores and GPU choices alike, on a cluster with GPU models the target constrains."""
+    rng = np.random.default_rng(11)
+    state = ClusterState([Node(f"n{i}", Resources(int(rng.choice([2, 4, 8])), int(rng.integers(8, 65)) * 1000,
+                                                  1 << 20), gpu_model=("G2", "T4", "V100M16")[i % 3])
+                          for i in range(40)])
+    target = TargetWorkload([(2_000, 1, 1000, ()), (4_000, 1, 350, ()), (1_000, 1, 600, ("T4",)),
+                             (8_000, 2, 1000, ("G2",)), (6_000, 0, 0, ())], [40, 30, 15, 10, 5])
+    asks = [Resources(gpu_milli=350, cpu_milli=4_000), Resources(gpus=1, cpu_milli=2_000),
+            Resources(gpu_milli=600, cpu_milli=1_000), Resources(cpu_milli=6_000)]
+    kept = PLUGINS[policy](target=target)
+    ctx = CycleContext(0.0, state, (), {}, {}, {}, np.random.default_rng(0))
+    held = []
+    for step in range(300):
+        if held and rng.random() < 0.35:
+            state.release(held.pop(int(rng.integers(len(held)))))
+        else:
+            task = asks[int(rng.integers(len(asks)))]
+            job = Job("j", 0.0, 1, task)
+            score = kept.score(job, ctx)
+            fit = state.fit_counts(task)
+            fresh = PLUGINS[policy](target=target)
+            assert np.array_equal(score[fit > 0], fresh.score(job, ctx)[fit > 0]), step
+            assert np.array_equal(kept._last.gpu[fit > 0], fresh._last.gpu[fit > 0]), step  # the GPU of a share
+            alloc = kept.place(job, ctx, fit, score)
+            if alloc is not None:
+                state.allocate(alloc)
+                held.append(alloc)

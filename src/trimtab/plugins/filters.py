@@ -64,7 +64,7 @@ class GpuModel(NodeCache):
 
 
 class NodeSelector(NodeCache):
-    """Nodes carrying every label of the job's node selector."""
+    """Nodes carrying every label of the job's node selector (cached per selector)."""
 
     filter_reason: ClassVar[str] = "do not match the node selector"
 
@@ -72,10 +72,8 @@ class NodeSelector(NodeCache):
         self._nodes_of(ctx)
         if not job.node_selector:
             return self._all
-        mask = np.ones(len(ctx.cluster), dtype=bool)
-        for key, value in job.node_selector.items():
-            mask &= ctx.cluster.label_mask(key, value)
-        return mask
+        return self._cached(tuple(job.node_selector.items()), lambda: np.logical_and.reduce(
+            [ctx.cluster.label_mask(key, value) for key, value in job.node_selector.items()]))
 
 
 class Taints(NodeCache):
