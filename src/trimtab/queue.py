@@ -308,30 +308,33 @@ class RunningKeys:
             for jid, run in running.items():
                 if jid not in parts_of:
                     self.cache(run.job, ctx)
-        updates: Iterable[tuple[str, Sequence[Any]]]  # (job, its new moving parts)
+        ranked = self.ranked
+        news: Iterable[Sequence[Any] | None]  # per entry of `ranked`, its job's new moving parts (None: unchanged)
         if self._grouped:
             by_group = {group: [order[i].order_key(running[next(iter(members))].job, ctx) for i in moving]
                         for group, members in self._members.items()}
-            updates = [(jid, now) for group, now in by_group.items()
-                       if group in self._joined or self._moved.get(group) != now for jid in self._members[group]]
+            changed = {jid: now for group, now in by_group.items()
+                       if group in self._joined or self._moved.get(group) != now for jid in self._members[group]}
             self._moved = by_group
             self._joined.clear()
-            if not updates:
+            if not changed:
                 return
+            news = [changed.get(entry[2]) for entry in ranked]
         else:  # each moving plugin asked for all running jobs at once
-            jids = list(parts_of)
-            jobs = [running[jid].job for jid in jids]
-            updates = zip(jids, zip(*[order[i].running_order_keys(jobs, ctx) for i in moving], strict=True),
-                          strict=True)
-        for jid, now in updates:
-            parts = parts_of[jid][0]
-            for i, part in zip(moving, now, strict=True):
-                parts[i] = part
-            key = keys[jid] = tuple(parts)
-            entries[jid] = (key, entries[jid][1], jid)
-        ranked = self.ranked
-        ranked[:] = [entries[entry[2]] for entry in ranked]
-        ranked.sort()
+            jobs = [running[entry[2]].job for entry in ranked]
+            news = zip(*[order[i].running_order_keys(jobs, ctx) for i in moving], strict=True)
+        fresh = []
+        for entry, now in zip(ranked, news, strict=True):
+            if now is not None:
+                jid = entry[2]
+                parts = parts_of[jid][0]
+                for i, part in zip(moving, now, strict=True):
+                    parts[i] = part
+                key = keys[jid] = tuple(parts)
+                entry = entries[jid] = (key, entry[1], jid)
+            fresh.append(entry)
+        fresh.sort()  # from the last order: keys that all move alike keep it nearly sorted
+        ranked[:] = fresh
 
     def next_expiry_s(self) -> float | None:
         """When the next cached key of a running job expires (None: never)."""
