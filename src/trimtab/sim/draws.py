@@ -44,7 +44,7 @@ class SeededDraws:
 
     def __init__(self, a: int, b: int) -> None:
         self.a, self.b = a, b
-        self._words = 0 <= a <= _M32 and 0 <= b <= _M32
+        self._one_word_each = 0 <= a <= _M32 and 0 <= b <= _M32  # else numpy: more than four words
         p0, p1 = _hashmix(a, 0), _hashmix(b, 1)
         p1 = _mix(p1, _hashmix(p0, 4))  # source 0 into word 1 (steps 5, 6: into words 2 and 3)
         into2, into3 = _hashmix(p0, 5), _hashmix(p0, 6)
@@ -53,7 +53,7 @@ class SeededDraws:
         self._into = (into2, _hashmix(p1, 8), into3, _hashmix(p1, 9))
 
     def draws(self, c: int, d: int) -> tuple[float, float]:
-        if not (self._words and 0 <= c <= _M32 and 0 <= d <= _M32):
+        if not (self._one_word_each and 0 <= c <= _M32 and 0 <= d <= _M32):
             first, second = np.random.default_rng([self.a, self.b, c, d]).random(2).tolist()
             return first, second
         p0, p1 = self._pool01
