@@ -5,8 +5,9 @@ every repeat) so that load on a shared machine hits both alike; the best of the 
 checked out with `git worktree add` into a temporary folder (removed at the end) and run with PYTHONPATH at its
 `src`. Prints one JSON line per figure: both values, the ratio (how many times faster this tree is), the CPU
 seconds of each tree's child process (start-up and loading included, forked workers included: on a machine shared
-with other work they vary far less than wall time), both peak RSS and whether the two trees decided the same
-(average JCT and preemptions, or the packing result).
+with other work they vary far less than wall time; both trees are byte-compiled first, so no child compiles its
+sources), both peak RSS and whether the two trees decided the same (average JCT and preemptions, or the packing
+result).
 
 Figures (the default sizes are smaller than the issue's, so that a run takes minutes on a busy 2-core machine;
 `--full` gives the issue's sizes):
@@ -107,6 +108,7 @@ def _measure(tree: Path, child: list[str]) -> dict[str, Any]:
     """One child run on `tree`: its answer, its CPU seconds and its peak RSS (of the child and the workers it
     waited for, through wait4)."""
     env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)  # `_compile` wrote the bytecode: the child loads it, not the sources
     proc = subprocess.Popen([sys.executable, str(Path(__file__).resolve()), "--child", *child], env=env,
                             stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
@@ -119,6 +121,12 @@ def _measure(tree: Path, child: list[str]) -> dict[str, Any]:
     out["rss_mib"] = round(usage.ru_maxrss / 1024)
     out["cpu_s"] = usage.ru_utime + usage.ru_stime
     return out
+
+
+def _compile(tree: Path) -> None:
+    """Byte-compile a tree's sources once, so that each child's CPU seconds count the run rather than compiling
+    every module (which a child does when the environment forbids writing bytecode)."""
+    subprocess.run([sys.executable, "-m", "compileall", "-q", str(tree / "src")], check=True, stdout=subprocess.DEVNULL)
 
 
 def _figure(name: str, unit: str, higher_is_better: bool, child: list[str], trees: dict[str, Path],
@@ -180,6 +188,8 @@ def main() -> None:
                        check=True)
         try:
             trees = {"baseline": base, "current": repo}
+            for tree in trees.values():
+                _compile(tree)
             for name, unit, higher, child in _figures(args):
                 line = _figure(name, unit, higher, child, trees, args.repeat)
                 print(json.dumps({**line, "baseline_commit": args.baseline}), flush=True)

@@ -158,7 +158,8 @@ class Scheduler:
         node = self.cluster.index[name]
         self._down[node] = True
         self.cluster.set_health(node, False)
-        return [jid for jid, run in self.running.items() if node in run.alloc.nodes]
+        # a list's `in` on Python ints: a numpy `in` per running job costs microseconds each
+        return [jid for jid, run in self.running.items() if node in run.alloc.nodes.tolist()]
 
     def node_up(self, name: str) -> None:
         node = self.cluster.index[name]

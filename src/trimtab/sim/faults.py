@@ -18,6 +18,7 @@ import numpy as np
 from trimtab.cluster import ClusterState
 from trimtab.formats import yaml_document
 from trimtab.model import Outcome
+from trimtab.sim.draws import SeededDraws
 from trimtab.sim.engine import Engine, Kind
 from trimtab.units import parse_duration_s
 
@@ -184,6 +185,7 @@ class Faults:
         self._gpu_rng = [np.random.default_rng([spec.seed, 2, i]) for i in range(n)]
         self._rack_rng = [np.random.default_rng([spec.seed, 3, r]) for r in range(len(cluster.racks))]
         self.cap_gpus = cluster.cap_gpus
+        self._job_draws = SeededDraws(spec.seed, 4)
 
     def next_node_failure_s(self, node: int) -> float:
         return _exp(self._node_rng[node], self.node_mtbf_s[node])
@@ -218,9 +220,8 @@ class Faults:
         """Where in its remaining work (0..1) attempt `attempt` of a job fails on its own, or None."""
         if not self.spec.job_fail:
             return None
-        rng = np.random.default_rng([self.spec.seed, 4, zlib.crc32(job_id.encode()), attempt])
-        fails, point = rng.random(2)
-        return float(point) if fails < self.spec.job_fail else None
+        fails, point = self._job_draws.draws(zlib.crc32(job_id.encode()), attempt)  # default_rng([seed, 4, ...])
+        return point if fails < self.spec.job_fail else None
 
     def backoff_s(self, failures: int) -> float:
         """Wait before the retry that follows the job's `failures`-th own failure (1, 2, ...)."""
