@@ -4,7 +4,8 @@ Owns KubeScheduler. Each cycle reads a Snapshot, runs the same Scheduler and Pro
 it, and applies the Decision as Kubernetes expects of a scheduler: pods/binding for starts (a gang all or nothing:
 a bind that fails midway evicts the members already bound and the gang is tried again), the Eviction API for
 preemption victims (the preemptor waits, nominated, until they are gone), and PodScheduled=False / Unschedulable
-with an Event naming what blocked each pod it cannot place."""
+with an Event naming what blocked each pod it cannot place. Events are best effort (events.py): dropped, never
+waited for, when more are queued than the API takes."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from lightkube import ApiError
 
 from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
@@ -79,7 +81,7 @@ class KubeScheduler:
     The API writes of a cycle run on writer threads while the next cycles decide, as kube-scheduler binds
     asynchronously: a pod being bound is assumed bound (it holds its node's GPUs) until the informer shows it, or
     forgotten if its gang's binding fails. Each write's outcome is booked on the cycle's thread, at the start of
-    the next cycle (`_settle`); Events go out on a thread of their own, behind the bindings."""
+    the next cycle (`_settle`); Events go out on a thread of their own, best effort (`events`)."""
 
     def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
         self.api = api
@@ -106,7 +108,7 @@ class KubeScheduler:
         self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
         self._reports = ThreadPoolExecutor(REPORTERS, thread_name_prefix="trimtab-kube-report")
-        self._events = ThreadPoolExecutor(1, thread_name_prefix="trimtab-kube-event")
+        self.events = EventRecorder(api.record_event)
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
         self.view = ClusterView()  # the Ready nodes with the bound pods booked, kept between cycles
@@ -270,7 +272,7 @@ class KubeScheduler:
         return future
 
     def _settle(self, report: CycleReport, wait: bool) -> None:
-        """Book the writes that are done (with `wait`: all of them, once done, and the Events they recorded)."""
+        """Book the writes that are done (with `wait`: all of them, once done, and the Events queued so far)."""
         if wait:
             futures.wait([future for future, _ in self._inflight])
         still: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []
@@ -281,7 +283,7 @@ class KubeScheduler:
                 still.append((future, book))
         self._inflight = still
         if wait:
-            self._events.submit(lambda: None).result()  # one thread: every Event recorded before is out
+            self.events.flush()
 
     def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]]) -> bool:
         """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
@@ -294,7 +296,7 @@ class KubeScheduler:
             meta = pod["metadata"]
             try:
                 self.api.bind(meta["namespace"], meta["name"], meta["uid"], node)
-            except ApiError as exc:
+            except Exception as exc:  # refused (ApiError) or unanswered (a connection error, a timeout)
                 self._roll_back(job, done, pod, exc)
                 return False
             done.append(pod)
@@ -302,8 +304,9 @@ class KubeScheduler:
             self._record(pod, "Scheduled", f"Successfully assigned {pod_key(pod)} to {node}")
         return True
 
-    def _roll_back(self, job: Job, done: list[Obj], failed: Obj, exc: ApiError) -> None:
-        why = f"binding {pod_key(failed)} failed ({exc.status.code}: {exc.status.message})"
+    def _roll_back(self, job: Job, done: list[Obj], failed: Obj, exc: Exception) -> None:
+        cause = f"{exc.status.code}: {exc.status.message}" if isinstance(exc, ApiError) else repr(exc)
+        why = f"binding {pod_key(failed)} failed ({cause})"
         log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
         for pod in done:
             self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
@@ -362,8 +365,8 @@ class KubeScheduler:
             del self._reported[uid]
 
     def _record(self, pod: Obj, reason: str, message: str, warning: bool = False) -> None:
-        """An Event about `pod`, recorded on the Event thread (after the writes that matter to the cluster)."""
-        self._events.submit(self._try, self.api.record_event, pod, reason, message, warning)
+        """An Event about `pod`, queued for the Event thread, or dropped when its queue is full."""
+        self.events.record(pod, reason, message, warning)
 
     def _expire_assumed(self, now_s: float) -> None:
         """Forget assumed bindings the informer now shows bound (or gone), or that landed too long ago."""
