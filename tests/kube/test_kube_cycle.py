@@ -321,3 +321,23 @@ def test_a_gang_whose_binding_failed_is_pending_again_in_the_next_cycle() -> Non
     api.refuse = ()
     assert sched.cycle(1e9 + 1).scheduled == 1
     assert sorted(api.bound) == ["default/w0", "default/w1"]
+
+
+def test_bindings_never_wait_for_events_a_full_event_queue_drops_them() -> None:
+    """Events are best effort, as client-go's broadcaster records them: with the Event writer stuck and its queue
+    full, every pod is still bound, and the Events beyond the queue are dropped and counted."""
+    from trimtab.kube.events import EventRecorder
+
+    api = FakeApi()
+    stuck = threading.Event()
+    record = api.record_event
+    api.record_event = lambda *args: (stuck.wait(10), record(*args))[1]  # type: ignore[method-assign]
+    sched = scheduler(api, [gpu_node(f"n{i}", 8) for i in range(4)], [gpu_pod(f"p{i}", 1) for i in range(30)])
+    sched.events = EventRecorder(api.record_event, capacity=5)
+    report = sched.cycle(1e9, wait=False)
+    sched._writes.shutdown(wait=True)  # every binding answered while the Event writer is still stuck
+    assert len(api.bound) == 30 and report.binding == 30
+    assert 30 - 6 <= sched.events.dropped <= 30 - 5  # the queue holds 5, the writer one more once it took one
+    stuck.set()
+    sched.events.flush()
+    assert 5 <= len(api.events) <= 6
