@@ -341,3 +341,16 @@ def test_bindings_never_wait_for_events_a_full_event_queue_drops_them() -> None:
     stuck.set()
     sched.events.flush()
     assert 5 <= len(api.events) <= 6
+
+
+def test_a_node_not_ready_counts_among_the_nodes_down_in_the_reason() -> None:
+    """As kube-scheduler counts a NotReady node among all nodes: it stays in the view, down, between cycles."""
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4), gpu_node("n2", 4)], [gpu_pod("small", 1)])
+    sched.cycle(1e9)
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4, ready=False)])
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("big", 4), gpu_pod("big2", 4)])
+    sched.cycle(1e9 + 1)
+    assert api.bound == {"default/small": "n1"}
+    assert api.unschedulable["default/big"] == "0/2 nodes are available: 1 are down or drained, 1 have too few " \
+        "free GPUs."

@@ -111,7 +111,7 @@ class KubeScheduler:
         self.events = EventRecorder(api.record_event)
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
-        self.view = ClusterView()  # the Ready nodes with the bound pods booked, kept between cycles
+        self.view = ClusterView()  # the nodes with the bound pods booked, kept between cycles
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
@@ -188,7 +188,8 @@ class KubeScheduler:
                         for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
-        booked = self.view.update(snap.nodes, snap.holding)
+        present = {node["metadata"]["name"] for node in self.informers["nodes"].items()}
+        booked = self.view.update(snap.nodes, snap.holding, present)
         scheduler = Scheduler(self.view.copy(), self._profile_for(snap))
         scheduler.history = list(self.history)
         scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
