@@ -88,6 +88,7 @@ class KubeScheduler:
         self.profile = profile
         self.resync_s = resync_s
         self.batch_s = batch_s
+        self._last_cycle_s = batch_s
         self.counters = Counters()
         self.cycle_observers: list[Callable[[CycleReport], None]] = []
         self.ready = threading.Event()  # set once every informer has listed
@@ -130,10 +131,12 @@ class KubeScheduler:
             self._wake.wait(self.resync_s)
             if stop.is_set() or (leader is not None and not leader.leading.is_set()):
                 continue
-            time.sleep(self.batch_s)  # let a burst of events arrive before reading them
+            # let a burst of events arrive before reading them, for as long as a cycle takes (at most batch_s):
+            # reading costs a cycle at most half the time, and a pod waits at most about two cycles
+            time.sleep(min(self.batch_s, self._last_cycle_s))
             self._wake.clear()
             try:
-                self.cycle(time.time(), wait=False)
+                self._last_cycle_s = self.cycle(time.time(), wait=False).seconds
             except Exception:  # one bad cycle must not stop the scheduler; the next reads afresh
                 log.exception("scheduling cycle failed")
         self._settle(CycleReport(), wait=True)

@@ -13,6 +13,7 @@ import ssl
 import threading
 import time
 import urllib.parse
+import urllib.request
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +41,9 @@ class Wire:
             raise ValueError(f"kubeconfig: cluster server {server!r} is not an http(s) URL")
         self._host, self._port = url.hostname, url.port or (443 if url.scheme == "https" else 80)
         self._prefix = url.path.rstrip("/")
+        # the environment's proxy for the server, as httpx (and so the reads) honour it: a CONNECT tunnel
+        proxy = None if urllib.request.proxy_bypass(url.hostname) else urllib.request.getproxies().get(url.scheme)
+        self._proxy = urllib.parse.urlsplit(proxy) if proxy else None
         self._context = context if url.scheme == "https" else None
         self._credentials = credentials
         self._headers = {"Content-Type": "application/json", "Accept": "application/json", **credentials()}
@@ -100,9 +104,12 @@ class Wire:
         return response.status, answer
 
     def _connect(self) -> http.client.HTTPConnection:
-        if self._context is None:
-            return http.client.HTTPConnection(self._host, self._port, timeout=TIMEOUT_S)
-        return http.client.HTTPSConnection(self._host, self._port, timeout=TIMEOUT_S, context=self._context)
+        host, port = (self._proxy.hostname or "", self._proxy.port or 80) if self._proxy else (self._host, self._port)
+        conn = http.client.HTTPConnection(host, port, timeout=TIMEOUT_S) if self._context is None \
+            else http.client.HTTPSConnection(host, port, timeout=TIMEOUT_S, context=self._context)
+        if self._proxy:
+            conn.set_tunnel(self._host, self._port)
+        return conn
 
 
 def _status(code: int, answer: bytes) -> Status:
