@@ -54,7 +54,7 @@ class Wire:
         """The server, TLS (CA, client certificate) and credentials of a kubeconfig context, as lightkube reads
         them."""
         def credentials() -> dict[str, str]:
-            auth = user_auth(config.user) if config.user else None  # a fresh one reads its token file or exec again
+            auth = user_auth(config.user)  # a fresh one: it reads its token file or runs its exec command again
             if auth is None:
                 return {}  # client certificates: in the TLS context
             request = next(auth.sync_auth_flow(httpx2.Request("GET", config.cluster.server)))
