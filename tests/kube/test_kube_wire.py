@@ -12,6 +12,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+
+pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
+
 from lightkube import ApiError
 
 from trimtab.kube.api import KubeApi

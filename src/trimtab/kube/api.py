@@ -97,6 +97,8 @@ class KubeApi:
         """From a kubeconfig file, or from the pod's service account when `kubeconfig` is None; at most `qps`
         requests a second in bursts of `burst` on each of the three limits (RateLimit; 0: no limit)."""
         config = (KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()).get()
+        if config is None:
+            raise ValueError(f"kubeconfig {kubeconfig or '(in-cluster)'}: no current context")
         return cls(Client(config=config, field_manager=scheduler_name), Wire.from_config(config), scheduler_name,
                    qps, burst)
 
