@@ -90,8 +90,6 @@ class KubeScheduler:
         self.profile = profile
         self.resync_s = resync_s
         self.batch_s = batch_s
-        self._last_cycle_s = batch_s
-        self._full_gc_at = time.monotonic()
         self.counters = Counters()
         self.cycle_observers: list[Callable[[CycleReport], None]] = []
         self.ready = threading.Event()  # set once every informer has listed
@@ -116,6 +114,8 @@ class KubeScheduler:
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
         self.view = ClusterView()  # the nodes with the bound pods booked, kept between cycles
+        self._last_cycle_s = batch_s  # how long the loop waits for a burst (`_loop`)
+        self._full_gc_at = time.monotonic()  # see `_collect`
 
     def run(self, stop: threading.Event, leader: LeaderElector | None = None) -> None:
         """Watch and schedule until `stop` is set. With a `leader`, cycles run only while it leads (the
