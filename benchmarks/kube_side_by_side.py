@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import shutil
 import ssl
 import sys
 import tempfile
@@ -246,13 +247,20 @@ def throughput(args: argparse.Namespace, scheduler: str, workdir: Path) -> dict[
         with watch.lock:
             lat = np.array([watch.bound[n] - watch.created[n] for n in names if n in watch.bound])
             last = max((watch.bound[n] for n in names if n in watch.bound), default=first)
+        if len(lat):  # where the tail is: p99 of each tenth of the bound pods, in creation order
+            tenths = " ".join(f"{np.percentile(part, 99):.2f}" for part in np.array_split(lat, 10))
+            print(f"{scheduler}: p99 s to bound by tenth of the pods in creation order: {tenths}", file=sys.stderr)
         return {"bench": "kube_throughput", "scheduler": scheduler, "nodes": args.nodes, "pods": args.pods,
                 "pods_bound": len(lat), "pods_per_s": round(len(lat) / max(last - first, 1e-9), 1),
+                "p50_bound_s": round(float(np.percentile(lat, 50)), 2) if len(lat) else None,
                 "p99_bound_s": round(float(np.percentile(lat, 99)), 2) if len(lat) else None,
                 "created_in_s": round(created_s, 1)}
     finally:
         if proc is not None:
             stop_process(proc)
+        if args.logs and (env.dir / "trimtab-kube.log").exists():
+            args.logs.mkdir(parents=True, exist_ok=True)
+            shutil.copy(env.dir / "trimtab-kube.log", args.logs / f"{workdir.name}.log")
         env.stop()
 
 
@@ -270,6 +278,7 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="throughput: give up binding after this")
     parser.add_argument("--gang-horizon-s", type=float, default=90.0)
     parser.add_argument("--gang-run-s", type=float, default=20.0)
+    parser.add_argument("--logs", type=Path, help="keep each run's trimtab kube log in this folder")
     args = parser.parse_args()
     if missing_binaries():
         sys.exit(f"missing {', '.join(missing_binaries())} in {bin_dir()}: build them with `make kube-env`")

@@ -321,3 +321,53 @@ def test_a_gang_whose_binding_failed_is_pending_again_in_the_next_cycle() -> Non
     api.refuse = ()
     assert sched.cycle(1e9 + 1).scheduled == 1
     assert sorted(api.bound) == ["default/w0", "default/w1"]
+
+
+def test_bindings_never_wait_for_events_a_full_event_queue_drops_them() -> None:
+    """Events are best effort, as client-go's broadcaster records them: with the Event writer stuck and its queue
+    full, every pod is still bound, and the Events beyond the queue are dropped and counted."""
+    from trimtab.kube.events import EventRecorder
+
+    api = FakeApi()
+    stuck = threading.Event()
+    record = api.record_event
+    api.record_event = lambda *args: (stuck.wait(10), record(*args))[1]  # type: ignore[method-assign]
+    sched = scheduler(api, [gpu_node(f"n{i}", 8) for i in range(4)], [gpu_pod(f"p{i}", 1) for i in range(30)])
+    sched.events = EventRecorder(api.record_event, capacity=5)
+    report = sched.cycle(1e9, wait=False)
+    sched._writes.shutdown(wait=True)  # every binding answered while the Event writer is still stuck
+    assert len(api.bound) == 30 and report.binding == 30
+    assert 30 - 6 <= sched.events.dropped <= 30 - 5  # the queue holds 5, the writer one more once it took one
+    stuck.set()
+    sched.events.flush()
+    assert 5 <= len(api.events) <= 6
+
+
+def test_a_node_not_ready_counts_among_the_nodes_down_in_the_reason() -> None:
+    """As kube-scheduler counts a NotReady node among all nodes: it stays in the view, down, between cycles."""
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4), gpu_node("n2", 4)], [gpu_pod("small", 1)])
+    sched.cycle(1e9)
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4, ready=False)])
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("big", 4), gpu_pod("big2", 4)])
+    sched.cycle(1e9 + 1)
+    assert api.bound == {"default/small": "n1"}
+    assert api.unschedulable["default/big"] == "0/2 nodes are available: 1 are down or drained, 1 have too few " \
+        "free GPUs."
+
+
+def test_between_cycles_the_last_cycles_scheduler_is_collected_without_a_full_collection() -> None:
+    """`run` turns Python's automatic collector off and collects the young generations between cycles: the last
+    cycle's Scheduler (cyclic garbage once let go) must be among what that frees."""
+    import gc
+    import weakref
+
+    sched = scheduler(FakeApi(), [gpu_node("n1", 4)], [gpu_pod("a", 1)])
+    gc.disable()
+    try:
+        sched.cycle(1e9)
+        last = weakref.ref(sched._shape_of.__self__)  # type: ignore[attr-defined]
+        sched._collect()
+        assert last() is None
+    finally:
+        gc.enable()

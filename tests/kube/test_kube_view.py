@@ -54,3 +54,24 @@ def test_a_copy_is_the_cycles_own() -> None:
     copy = view.copy()
     copy.allocate(Allocation(np.array([1]), np.ones(1, dtype=np.int64), Resources(gpus=4)))
     assert view.copy().free_gpus.tolist() == [0, 4, 4]
+
+
+def test_a_node_that_stops_being_ready_stays_down_without_a_rebuild() -> None:
+    """A node whose heartbeats lag for a moment costs no rebuild: it stays in the state, down (nothing fits on it),
+    its pods unbooked; back Ready, only its own pods are booked again. A node gone from the cluster rebuilds."""
+    view = ClusterView()
+    a, b = (Job(f"bound:{x}", 0.0, 1, Resources(gpus=1)) for x in "ab")
+    names = [n.name for n in NODES]
+    view.update(NODES, [(a, "n0", 0.0), (b, "n1", 0.0)], names)
+    state = view._state
+    view.update([NODES[0], NODES[2]], [(a, "n0", 0.0)], names)  # n1 NotReady
+    assert view._state is state
+    down = view.copy()
+    assert down.healthy.tolist() == [True, False, True] and down.free_gpus.tolist() == [3, 4, 4]
+    assert down.fit_counts(Resources(gpus=1)).tolist() == [3, 0, 4]
+    assert down.free_gpus_total == 7
+    view.update(NODES, [(a, "n0", 0.0), (b, "n1", 0.0)], names)  # back
+    assert view._state is state and view.copy().free_gpus.tolist() == [3, 3, 4]
+    assert view.copy().healthy.all() and view.copy().free_gpus_total == 10
+    view.update([NODES[0], NODES[2]], [(a, "n0", 0.0)], ["n0", "n2"])  # n1 deleted
+    assert view._state is not state and [n.name for n in view._state.nodes] == ["n0", "n2"]

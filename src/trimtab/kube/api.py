@@ -1,12 +1,12 @@
-"""The seam to the Kubernetes API server, over lightkube: the kinds trimtab watches and the writes a scheduler makes.
+"""The seam to the Kubernetes API server: the kinds trimtab watches and the writes a scheduler makes.
 
-Owns KubeApi: list and watch of a kind as plain dicts (the shape the manifest reader reads), and the writes
-(pods/binding, the PodScheduled condition, Events, the Eviction API). Everything else in trimtab.kube speaks to
-the cluster through it, so a test can stand a fake in its place."""
+Owns KubeApi: list and watch of a kind as plain dicts (the shape the manifest reader reads) and the Lease, over
+lightkube; the writes (pods/binding, the PodScheduled condition, Events, the Eviction API) as JSON bodies on the
+light write path (wire.py). Everything else in trimtab.kube speaks to the cluster through it, so a test can stand
+a fake in its place."""
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import threading
 import time
@@ -14,25 +14,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import msgspec
 from lightkube import ALL_NS, ApiError, Client, KubeConfig
 from lightkube.core.resource import Resource
 from lightkube.generic_resource import create_namespaced_resource
-from lightkube.models.core_v1 import EventSource, ObjectReference
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import (
-    Event,
-    Namespace,
-    Node,
-    Pod,
-    PodBinding,
-    PodEviction,
-    PodStatus,
-    ResourceQuota,
-)
+from lightkube.resources.core_v1 import Namespace, Node, Pod, ResourceQuota
 from lightkube.resources.scheduling_v1 import PriorityClass
-from lightkube.types import PatchType
+
+from trimtab.kube.wire import Wire
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,20 +79,28 @@ class RateLimit:
 class KubeApi:
     """One API client for one scheduler. Calls raise lightkube's ApiError (`.status.code`: 404 kind or object
     absent, 409 conflict such as a pod already bound, 410 a watch's resourceVersion too old, 429 an eviction a
-    PodDisruptionBudget refuses) or httpx errors when the server cannot be reached; callers decide what each
-    means to them."""
+    PodDisruptionBudget refuses), or httpx, OSError or http.client errors when the server cannot be reached;
+    callers decide what each means to them.
 
-    def __init__(self, client: Client, scheduler_name: str, limit: RateLimit | None = None) -> None:
-        self.client = client
+    Three rate limits of `qps` / `burst` each, as kube-scheduler builds three clients from its kubeconfig: `limit`
+    for the watches and the writes that change the cluster, `event_limit` for Events and `lease_limit` for leader
+    election, so that neither Events nor a burst of bindings ever delays a Lease renewal."""
+
+    def __init__(self, client: Client, wire: Wire, scheduler_name: str, qps: float = 0, burst: int = 0) -> None:
+        self.client, self.wire = client, wire
         self.scheduler_name = scheduler_name
-        self.limit = limit or RateLimit(0, 0)
+        self.limit, self.event_limit, self.lease_limit = (RateLimit(qps, burst) for _ in range(3))
+        self._manager = f"?fieldManager={scheduler_name}"
 
     @classmethod
     def connect(cls, kubeconfig: str | None, scheduler_name: str, qps: float = 0, burst: int = 0) -> KubeApi:
         """From a kubeconfig file, or from the pod's service account when `kubeconfig` is None; at most `qps`
-        requests a second in bursts of `burst` (RateLimit; 0: no limit)."""
-        config = KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()
-        return cls(Client(config=config, field_manager=scheduler_name), scheduler_name, RateLimit(qps, burst))
+        requests a second in bursts of `burst` on each of the three limits (RateLimit; 0: no limit)."""
+        config = (KubeConfig.from_file(kubeconfig) if kubeconfig else KubeConfig.from_service_account()).get()
+        if config is None:
+            raise ValueError(f"kubeconfig {kubeconfig or '(in-cluster)'}: no current context")
+        return cls(Client(config=config, field_manager=scheduler_name), Wire.from_config(config), scheduler_name,
+                   qps, burst)
 
     # ------------------------------------------------------------------------------------------- reads
 
@@ -133,7 +130,7 @@ class KubeApi:
 
     def get_lease(self, namespace: str, name: str) -> dict[str, Any] | None:
         """The Lease as a dict, or None when there is none."""
-        self.limit.take()
+        self.lease_limit.take()
         try:
             return self.client.get(Lease, name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
         except ApiError as exc:
@@ -143,7 +140,7 @@ class KubeApi:
 
     def write_lease(self, namespace: str, name: str, spec: dict[str, Any], resource_version: str | None) -> None:
         """Create the Lease (`resource_version` None) or replace the version read; 409 when another wrote first."""
-        self.limit.take()
+        self.lease_limit.take()
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if resource_version is None:
             self.client.create(Lease.from_dict({"metadata": meta, "spec": spec}))
@@ -156,42 +153,41 @@ class KubeApi:
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind a pod through pods/binding (the API server refuses a second binding with 409)."""
         self.limit.take()
-        binding = PodBinding(metadata=ObjectMeta(name=name, namespace=namespace, uid=uid),
-                             target=ObjectReference(apiVersion="v1", kind="Node", name=node))
-        # the server answers a Status, not the Binding lightkube decodes: a decoding error here means bound
-        with contextlib.suppress(msgspec.ValidationError):
-            self.client.create(binding, name=name, namespace=namespace)
+        self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding{self._manager}", {
+            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
 
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
         self.limit.take()
-        self.client.create(PodEviction(metadata=ObjectMeta(name=name, namespace=namespace)), name=name,
-                           namespace=namespace)
+        self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction{self._manager}", {
+            "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}})
 
     def mark_unschedulable(self, namespace: str, name: str, message: str) -> None:
         """Set the pod's PodScheduled condition to False, reason Unschedulable, as kube-scheduler does."""
-        self.limit.take()
         condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message,
                      "lastTransitionTime": now_rfc3339(), "lastProbeTime": None}
-        self.client.patch(PodStatus, name, {"status": {"conditions": [condition]}}, namespace=namespace,
-                          patch_type=PatchType.STRATEGIC)
+        self._patch_status(namespace, name, {"conditions": [condition]})
 
     def nominate(self, namespace: str, name: str, node: str) -> None:
         """Set a preemptor's status.nominatedNodeName while its victims terminate."""
+        self._patch_status(namespace, name, {"nominatedNodeName": node})
+
+    def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.limit.take()
-        self.client.patch(PodStatus, name, {"status": {"nominatedNodeName": node}}, namespace=namespace,
-                          patch_type=PatchType.STRATEGIC)
+        self.wire.send("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status{self._manager}",
+                       {"status": status}, "application/strategic-merge-patch+json")
 
     def record_event(self, pod: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """A core/v1 Event about `pod` (what `kubectl describe pod` lists under Events)."""
-        self.limit.take()
+        self.event_limit.take()
         meta = pod["metadata"]
         stamp = now_rfc3339()
-        event = Event(
-            metadata=ObjectMeta(generateName=f"{meta['name']}.", namespace=meta["namespace"]),
-            involvedObject=ObjectReference(apiVersion="v1", kind="Pod", name=meta["name"],
-                                           namespace=meta["namespace"], uid=meta.get("uid")),
-            reason=reason, message=message, type="Warning" if warning else "Normal",
-            source=EventSource(component=self.scheduler_name), firstTimestamp=stamp, lastTimestamp=stamp, count=1,
-            reportingComponent=self.scheduler_name)
-        self.client.create(event, namespace=meta["namespace"])
+        self.wire.send("POST", f"/api/v1/namespaces/{meta['namespace']}/events{self._manager}", {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": "v1", "kind": "Pod", "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "reason": reason, "message": message, "type": "Warning" if warning else "Normal",
+            "source": {"component": self.scheduler_name}, "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "count": 1, "reportingComponent": self.scheduler_name})

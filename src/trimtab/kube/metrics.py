@@ -3,7 +3,7 @@ stands by) and /metrics in Prometheus text.
 
 Owns KubeMetrics (fed by the scheduler's CycleReports) and serve_endpoints. Metric names: those of `trimtab serve`
 where they mean the same (trimtab_sched_cycle_seconds, trimtab_queue_length, trimtab_gpus_allocated,
-trimtab_gpus_total, trimtab_gpu_alloc_ratio), and kube-scheduler's for attempts
+trimtab_gpus_total, trimtab_gpu_alloc_ratio; trimtab_kube_events_dropped its own), and kube-scheduler's for attempts
 (scheduler_schedule_attempts_total{result,profile}, scheduler_scheduling_attempt_duration_seconds{result,profile}):
 a cycle decides all its pods at once, so each attempt's duration is its cycle's."""
 
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from trimtab.kube.live import CycleReport, KubeScheduler
@@ -38,6 +38,7 @@ class KubeMetrics(Collector):
         self.rollbacks = Counter("trimtab_gang_rollbacks", "Gangs whose binding failed midway and were evicted",
                                  registry=self.registry)
         self._last = CycleReport()
+        self._events = scheduler.events
         scheduler.cycle_observers.append(self.observe)
         self.registry.register(self)
 
@@ -68,6 +69,8 @@ class KubeMetrics(Collector):
         held = sum(v for k, v in last.gpus_allocated.items() if k in last.gpus_total)
         yield GaugeMetricFamily("trimtab_gpu_alloc_ratio", "GPUs allocated / GPUs, now",
                                 value=held / total if total else 0.0)
+        yield CounterMetricFamily("trimtab_kube_events_dropped", "Events dropped because the Event queue was full "
+                                  "(best effort, as client-go's broadcaster)", value=self._events.dropped)
 
 
 def serve_endpoints(metrics: KubeMetrics, scheduler: KubeScheduler, host: str, port: int) -> ThreadingHTTPServer:

@@ -4,12 +4,16 @@ pods that hold capacity booked on it, updated from one snapshot to the next by w
 Owns ClusterView. Booking thousands of bound pods afresh every cycle cost more than the rest of a cycle at the
 scale of the issue (1,000 nodes, 10,000 pods); the view books only the pods new since the last cycle. It gives the
 same ClusterState a fresh build would: a node whose pods did not only grow (one left, or one read differently) is
-booked again, its pods in snapshot order, as a fresh build books them."""
+booked again, its pods in snapshot order, as a fresh build books them. One difference: a node that stops being
+Ready stays in the state, down (nothing is placed on it; `trimtab why` counts it among the nodes "down or
+drained", as kube-scheduler counts a NotReady node among all nodes), until the next rebuild, so a node whose
+heartbeats lag for a moment (KWOK's or a kubelet's, on a loaded control plane) does not cost a rebuild of the whole
+state."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 import numpy as np
 
@@ -24,19 +28,27 @@ class ClusterView:
     its own ClusterState (the cycle books its starts and preemptions on it, not on the view)."""
 
     def __init__(self) -> None:
-        self._nodes: list[Node] = []
+        self._nodes: list[Node] = []  # the state's nodes: the Ready ones at its build, in their order
+        self._by_name: dict[str, Node] = {}
         self._state: ClusterState | None = None
         self._booked: dict[int, list[Booking]] = {}  # node index -> its bookings, in booking order
 
-    def update(self, nodes: list[Node], holding: Sequence[tuple[Job, str, float]]) -> list[tuple[Job, Allocation,
-                                                                                                  float]]:
+    def update(self, nodes: list[Node], holding: Sequence[tuple[Job, str, float]],
+               present: Collection[str] = ()) -> list[tuple[Job, Allocation, float]]:
         """Book `holding` (the snapshot's (one-pod Job, node name, start) in snapshot order) on the Ready `nodes`.
         Returns (job, allocation, start) for each pod booked, in snapshot order; a pod beyond what trimtab models
         on its node (another scheduler's overcommit) is left out, as a fresh build leaves it out. `nodes` must not
-        be empty."""
-        if nodes != self._nodes or self._state is None:
+        be empty. `present`: the names of every Node of the cluster, Ready or not; a node of the state not Ready
+        now but present stays in it, down; the state is built afresh, over `nodes`, when one of them is new or read
+        differently, or a node of the state has left the cluster."""
+        known, ready = self._by_name, {node.name for node in nodes}
+        if self._state is None or any((old := known.get(node.name)) is not node and old != node for node in nodes) \
+                or any(name not in ready and name not in present for name in known):
             self._nodes, self._state, self._booked = list(nodes), ClusterState(nodes), {}
+            self._by_name = {node.name: node for node in nodes}
         state = self._state
+        for i, node in enumerate(self._nodes):
+            state.set_health(i, node.name in ready)
         wanted: dict[int, list[Job]] = {}
         for job, node, _ in holding:
             wanted.setdefault(state.index[node], []).append(job)
