@@ -76,10 +76,11 @@ class _Room:
         asked = [(req, free) for req, free in _REQUESTS if getattr(task, req)]
         self.requests = [req for req, _ in asked]
         self.need = [getattr(task, req) for req, _ in asked]
-        self.free: list[np.ndarray] | list[list[int]] = [getattr(cluster, free) for _, free in asked]
+        arrays = [getattr(cluster, free) for _, free in asked]
+        self.free: list[np.ndarray] | list[list[int]] = arrays
         self.allowed: np.ndarray | list[bool] = allowed
         if job.tasks > 1:
-            self.free, self.allowed = [free.tolist() for free in self.free], allowed.tolist()
+            self.free, self.allowed = [array.tolist() for array in arrays], allowed.tolist()
         self.running = ctx.running
         self._have: dict[int, list[int]] = {}
 
