@@ -23,10 +23,11 @@ class Pack(Plugin):
         # best fit by idle GPUs; a share (which leaves idle GPUs alone) by the free milli-GPU of the node
         free_all = ctx.cluster.free_gpu_milli if job.task.gpu_milli else ctx.cluster.free_gpus
         holds = fit >= need
-        if holds.any():
-            if not score.any():  # no score to break ties: the first node of the fewest free, as the lexsort gives
-                node = int(np.argmin(np.where(holds, free_all, _BIG)))
+        if not score.any():  # no score to break ties: the first node of the fewest free, as the lexsort gives
+            node = int(np.where(holds, free_all, _BIG).argmin())
+            if holds[node]:  # else no node holds the gang (all _BIG: node 0)
                 return Allocation(np.array([node]), np.array([need]), job.task)
+        elif holds.any():
             idx = np.flatnonzero(holds)
             best = np.lexsort((idx, -score[idx], free_all[idx]))[0]
             return Allocation(np.array([idx[best]]), np.array([need]), job.task)

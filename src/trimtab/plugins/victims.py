@@ -65,35 +65,50 @@ def fewest_victims(job: Job, ctx: CycleContext, ranked: Ranked) -> list[str] | N
 
 
 class _Room:
-    """Per node, how many of a job's tasks fit given extra resources freed there, in the resources the job asks
-    for (whole GPUs, CPU, memory); what each victim holds on the nodes the job may use."""
+    """Per node, what would be free in the resources a job asks for (whole GPUs, CPU, memory) once the victims
+    counted so far stop, and how many of its tasks fit in an amount; what each victim holds on the nodes the job
+    may use. For one task the cluster's arrays are read node by node as victims touch them (such a search touches
+    a few nodes: copying whole arrays would cost more than the search on a large cluster); a gang, which reads
+    every node's fit anyway, reads them as lists (cheaper to index)."""
 
     def __init__(self, job: Job, ctx: CycleContext, allowed: np.ndarray) -> None:
         task, cluster = job.task, ctx.cluster
         asked = [(req, free) for req, free in _REQUESTS if getattr(task, req)]
         self.requests = [req for req, _ in asked]
         self.need = [getattr(task, req) for req, _ in asked]
-        self.free = [getattr(cluster, free).tolist() for _, free in asked]
-        self.allowed: list[bool] = allowed.tolist()
+        arrays = [getattr(cluster, free) for _, free in asked]
+        self.free: list[np.ndarray] | list[list[int]] = arrays
+        self.allowed: np.ndarray | list[bool] = allowed
+        if job.tasks > 1:
+            self.free, self.allowed = [array.tolist() for array in arrays], allowed.tolist()
         self.running = ctx.running
+        self._have: dict[int, list[int]] = {}
 
     def held(self, jid: str) -> list[tuple[int, list[int]]]:
         """(node, amounts) that victim `jid` holds on each node the job may use."""
-        alloc = self.running[jid].alloc
+        alloc, allowed = self.running[jid].alloc, self.allowed
         per_task = [getattr(alloc.task, req) for req in self.requests]
         return [(node, [count * amount for amount in per_task])
                 for node, count in zip(alloc.nodes.tolist(), alloc.counts.tolist(), strict=True)
-                if self.allowed[node]]
+                if allowed[node]]
 
-    def tasks(self, node: int, extra: list[int]) -> int:
-        return min((free[node] + e) // need for free, e, need in zip(self.free, extra, self.need, strict=True))
+    def have(self, node: int) -> list[int]:
+        """Free on `node` once the victims counted so far stop, per resource asked: the search adds to it what a
+        victim holds there, and takes it back when it gives the victim back."""
+        have = self._have.get(node)
+        if have is None:
+            have = self._have[node] = [int(free[node]) for free in self.free]
+        return have
+
+    def tasks(self, have: list[int]) -> int:
+        """Tasks that fit in `have` (per resource asked)."""
+        return min([amount // need for amount, need in zip(have, self.need, strict=True)])
 
 
 def _one_task(job: Job, ctx: CycleContext, walk: Ranked, room: _Room) -> list[str] | None:
     """A single task: the best node's victims (see `fewest_victims`); victims of a level above the first node
     found are never looked at (no node needing them can win)."""
     taken: dict[int, list[tuple[int, str, list[int]]]] = {}  # node -> (rank of level, victim, held there)
-    extra: dict[int, list[int]] = {}
     found: dict[int, list[tuple[int, str, list[int]]]] = {}
     rank, last_level = -1, object()
     for level, jid in walk:
@@ -104,15 +119,17 @@ def _one_task(job: Job, ctx: CycleContext, walk: Ranked, room: _Room) -> list[st
         for node, amounts in room.held(jid):
             if node in found:
                 continue
-            have = extra.setdefault(node, [0] * len(amounts))
+            have = room.have(node)
             for i, amount in enumerate(amounts):
                 have[i] += amount
             victims = taken.setdefault(node, [])
             victims.append((rank, jid, amounts))
-            if room.tasks(node, have) >= 1:
-                found[node] = _reprieve_on_node(node, victims, have, room)
+            if room.tasks(have) >= 1:
+                found[node] = _reprieve_on_node(victims, have, room)
     if not found:
         return None
+    if len(found) == 1:  # most searches: one victim on one node, nothing to rank
+        return [jid for _, jid, _ in next(iter(found.values()))]
     running = ctx.running
 
     def cost(node: int) -> tuple[int, int, int, float, int]:
@@ -125,13 +142,14 @@ def _one_task(job: Job, ctx: CycleContext, walk: Ranked, room: _Room) -> list[st
     return [jid for _, jid, _ in found[min(found, key=cost)]]
 
 
-def _reprieve_on_node(node: int, victims: list[tuple[int, str, list[int]]], have: list[int],
+def _reprieve_on_node(victims: list[tuple[int, str, list[int]]], have: list[int],
                       room: _Room) -> list[tuple[int, str, list[int]]]:
-    """Give back victims, most important first, while one task still fits on `node` without them."""
+    """Give back victims, most important first, while one task still fits without them on their node (`have`:
+    free there once they all stop)."""
     kept = list(victims)
     for victim in reversed(victims):
         without = [h - a for h, a in zip(have, victim[2], strict=True)]
-        if room.tasks(node, without) >= 1:
+        if room.tasks(without) >= 1:
             kept.remove(victim)
             have = without
     return kept
@@ -144,7 +162,7 @@ def _nearest_first(walk: Ranked, room: _Room) -> Iterator[tuple[Hashable, str]]:
 
     def room_of(entry: tuple[Hashable, str]) -> int:  # the most free room on a node of the victim the job may use
         nodes = running[entry[1]].alloc.nodes.tolist()
-        return max((free[node] for node in nodes if allowed[node]), default=-1)
+        return max((int(free[node]) for node in nodes if allowed[node]), default=-1)
 
     for _, group in groupby(walk, key=lambda entry: entry[0]):
         yield from sorted(group, key=lambda entry: -room_of(entry))
@@ -157,15 +175,14 @@ def _gang(job: Job, walk: Ranked, room: _Room, fit: list[int]) -> list[str] | No
         walk = _nearest_first(walk, room)
     tasks = job.tasks
     placed = sum(fit)
-    extra: dict[int, list[int]] = {}
 
     def add(held: list[tuple[int, list[int]]], sign: int) -> int:
         gained = 0
         for node, amounts in held:
-            have = extra.setdefault(node, [0] * len(amounts))
+            have = room.have(node)
             for i, amount in enumerate(amounts):
                 have[i] += sign * amount
-            now = min(room.tasks(node, have), tasks)
+            now = min(room.tasks(have), tasks)
             gained += now - fit[node]
             fit[node] = now
         return gained
