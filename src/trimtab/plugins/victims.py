@@ -4,7 +4,7 @@ fewest whose resources, freed where the job may run, let it start: node-aware fo
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable, Iterator
-from itertools import chain, groupby
+from itertools import chain, compress, groupby
 
 import numpy as np
 
@@ -159,13 +159,24 @@ def _nearest_first(walk: Ranked, room: _Room) -> Iterator[tuple[Hashable, str]]:
     """The victims level by level (worst level first), inside a level those on the nodes with the most free room
     for the gang first (their eviction completes a task soonest), then in the plugin's order."""
     free, allowed, running = room.free[0], room.allowed, room.running
+    # no victim has more room than the roomiest node: victims with that much come first, in the plugin's order,
+    # so they are handed out as they are found, and most searches end before the rest of the level is sorted
+    most = max(compress(free, allowed), default=-1)
 
     def room_of(entry: tuple[Hashable, str]) -> int:  # the most free room on a node of the victim the job may use
         nodes = running[entry[1]].alloc.nodes.tolist()
         return max((int(free[node]) for node in nodes if allowed[node]), default=-1)
 
     for _, group in groupby(walk, key=lambda entry: entry[0]):
-        yield from sorted(group, key=lambda entry: -room_of(entry))
+        rest: list[tuple[int, tuple[Hashable, str]]] = []
+        for entry in list(group):  # the plugin's walk is taken a whole level at a time
+            entry_room = room_of(entry)
+            if entry_room == most:
+                yield entry
+            else:
+                rest.append((-entry_room, entry))
+        rest.sort(key=lambda item: item[0])  # stable: the plugin's order inside equal room
+        yield from (entry for _, entry in rest)
 
 
 def _gang(job: Job, walk: Ranked, room: _Room, fit: list[int]) -> list[str] | None:
