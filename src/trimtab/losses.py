@@ -154,7 +154,8 @@ def _overload(jobs: Sequence[Mapping[str, Any]], cluster_gpus: int, edges: np.nd
 
 
 def _cause_of(outcome: str) -> str:
-    return "preemption" if outcome == "preempted" else "failure"
+    """A stop the scheduler chose (preempted, resized, moved) is preemption; the rest (failed, node-failed) failure."""
+    return "failure" if outcome in ("failed", "node-failed") else "preemption"
 
 
 def _end(end: Any, horizon_s: float) -> float:

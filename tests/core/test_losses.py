@@ -44,6 +44,14 @@ def test_a_preempted_attempt_loses_its_tail_and_the_restart_of_the_next() -> Non
     assert losses.useful_gpu_s.sum() == pytest.approx(2 * 400 + 2 * 450)
 
 
+def test_the_restart_after_a_resize_is_the_schedulers_stop_not_a_failure() -> None:
+    """An elastic job resized at 500 s keeps all its progress and restarts with 20 s of resize time: preemption."""
+    runs = [_run(0, 500, "n0", 2, "resized"), _run(500, 900, "n1", 2, progress_from=520)]
+    lost = _lost_gpu_s([_job("a", 2, 0, runs, tasks=2, end=900)])
+    assert lost["preemption"] == pytest.approx(2 * 20)
+    assert lost["failure"] == 0
+
+
 def test_a_failed_attempt_and_a_slow_run() -> None:
     """A failure loses the progress since the checkpoint; a run at slowdown 2 keeps half its GPU-time useful."""
     runs = [_run(0, 300, "n0", outcome="node-failed", useful_s=100), _run(300, 900, "n1", slowdown=2.0)]
