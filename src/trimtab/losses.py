@@ -120,22 +120,30 @@ def _attempt_steps(job: Mapping[str, Any], horizon_s: float,
                    steps: dict[str, tuple[list[float], list[float]]]) -> None:
     """Each attempt's GPU-time, placed where it happened: the start-up before progress (after a preemption or
     failure: that cause's restart; on a first attempt: loading, a slowdown), then the progress kept (useful at the
-    reference speed, the rest slowdown), then the tail whose progress was lost (preemption or failure)."""
-    gpus = float(job["gpus"])
+    reference speed, the rest slowdown), then the tail whose progress was lost (preemption or failure). An attempt
+    holds its own GPUs (an elastic job's differ from its request); its progress is worth the requested GPUs at
+    the reference speed, so useful work runs at requested GPUs / slowdown, at most the GPUs held."""
+    asked = float(job["gpus"])
     previous = ""
     for run in job["runs"]:
+        gpus = run_gpus(job, run)
         start = float(run["start"])
         end = _end(run["end"], horizon_s)
         progress_from = min(max(float(run["progress_from"]), start), end)
         _add(steps, _cause_of(previous) if previous else "slowdown", start, progress_from, gpus)
         slowdown = float(run["slowdown"])
         progress_end = min(progress_from + float(run["useful_s"]) * slowdown, end)
-        useful_rate = gpus / max(slowdown, 1.0)
+        useful_rate = min(asked / slowdown, gpus) if slowdown > 0 else gpus
         _add(steps, "useful", progress_from, progress_end, useful_rate)
         _add(steps, "slowdown", progress_from, progress_end, gpus - useful_rate)
         if run["outcome"] not in ("", "completed", "cancelled"):
             _add(steps, _cause_of(run["outcome"]), progress_end, end, gpus)
         previous = run["outcome"]
+
+
+def run_gpus(job: Mapping[str, Any], run: Mapping[str, Any]) -> float:
+    """The GPUs one attempt held: the job's GPUs per task times the tasks the attempt ran (`node_tasks`)."""
+    return job["gpus"] / job["tasks"] * sum(run.get("node_tasks") or [job["tasks"]])
 
 
 def _overload(jobs: Sequence[Mapping[str, Any]], cluster_gpus: int, edges: np.ndarray) -> np.ndarray:

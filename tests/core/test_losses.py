@@ -10,6 +10,8 @@ import pytest
 
 from builders import job, nodes
 from trimtab.losses import CAUSES, gpu_losses
+from trimtab.model import Elastic, LinearScaling
+from trimtab.profile import Profile
 from trimtab.sim.run import SimConfig, simulate
 
 EDGES = np.array([0.0, 1000.0, 2000.0])
@@ -103,3 +105,21 @@ def test_a_simulated_runs_allocated_gpu_time_is_useful_or_lost_to_an_attempt_cau
     assert sum(series["useful_gpu_s"]) + attempt_causes == pytest.approx(allocated, rel=1e-6)
     assert set(summary["lost_gpu_hours"]) == set(CAUSES)
     assert summary["preemptions"] > 0 and summary["lost_gpu_hours"]["preemption"] > 0
+
+
+def test_an_elastic_attempt_counts_the_gpus_it_held() -> None:
+    """An 8-GPU elastic job (1000 s of work, linear scaling) shrinks to 4 GPUs at 100 s for a job of a higher
+    class: 800 GPU-s of work on 8 GPUs, a 30-s restart on 4 (the scheduler's stop: preemption), then 7200 GPU-s of
+    work at half speed on 4 GPUs, none of it slowdown (the GPUs held do all the work their speed allows)."""
+    shrink = Profile(name="shrink", order=["priority", "fifo"], resize=["elastic-shrink"],
+                     args={"elastic-shrink": {"min_interval_s": 60}})
+    elastic = job("a", 8, duration_s=1000.0, scaling=LinearScaling(), elastic=Elastic(2, 8, 30.0))
+    fixed = job("b", 4, submit_s=100.0, duration_s=50.0, priority=1)
+    run = simulate(nodes(1, 8), [elastic, fixed], shrink, SimConfig(timing=False, window_s=600))
+    series = run["series"]
+    lost = {c: sum(v) for c, v in series["lost_gpu_s"].items()}
+    assert sum(series["useful_gpu_s"]) == pytest.approx(8 * 1000 + 4 * 50)
+    assert lost["preemption"] == pytest.approx(4 * 30)
+    assert lost["slowdown"] == pytest.approx(0) and lost["failure"] == 0
+    allocated = sum(series["gpu_alloc"]) * 8 * series["window_s"]
+    assert sum(series["useful_gpu_s"]) + lost["preemption"] == pytest.approx(allocated, rel=1e-6)

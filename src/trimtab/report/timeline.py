@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from trimtab.losses import run_gpus
 from trimtab.series import window_edges, window_integrals_of_steps
 
 Run = Mapping[str, Any]
@@ -47,10 +48,6 @@ def format_window(window_s: float) -> str:
     return f"{window_s:g} s"
 
 
-def _run_gpus(job: Mapping[str, Any], run: Mapping[str, Any]) -> float:
-    return job["gpus"] / job["tasks"] * sum(run.get("node_tasks") or [job["tasks"]])
-
-
 @dataclass(frozen=True, slots=True)
 class Timeline:
     """Per-window values of one run: `edges` (seconds, absolute), completions, goodput in GPU-hours, mean GPUs
@@ -79,7 +76,7 @@ def timeline(run: Run, window_s: float, span_s: float) -> Timeline:
         queue_dv.append(1.0)
         runs = job["runs"]
         for k, r in enumerate(runs):
-            gpus = _run_gpus(job, r)
+            gpus = run_gpus(job, r)
             alloc_t += [r["start"], r["end"]]
             alloc_dv += [gpus, -gpus]
             if r["useful_s"] > 0:
