@@ -162,8 +162,8 @@ def _overload(jobs: Sequence[Mapping[str, Any]], cluster_gpus: int, edges: np.nd
 
 
 def _cause_of(outcome: str) -> str:
-    """A stop the scheduler chose (preempted, resized, moved) is preemption; the rest (failed, node-failed) failure."""
-    return "failure" if outcome in ("failed", "node-failed") else "preemption"
+    """A stop the scheduler chose (preempted, or resized: an elastic job's restart) is preemption; the rest failure."""
+    return "preemption" if outcome in ("preempted", "resized") else "failure"
 
 
 def _end(end: Any, horizon_s: float) -> float:
