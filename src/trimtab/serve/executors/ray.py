@@ -113,8 +113,9 @@ class RayExecutor(Executor):
     task is a detached actor named after its run id in its bundle, holding `len(task.gpu_ids)` of the node's Ray
     GPUs (its fraction of one, for a share). Where a chosen node's address is shared by another alive node (several
     raylets on one machine) the attempt has no placement group and each actor is pinned by a hard node affinity.
-    The actor starts the command with the task's environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR
-    set to the address of rank 0's node). The placement group is removed once every actor of the gang is gone.
+    Once every actor of the attempt is up, each starts its command, all in the same step, with the task's
+    environment (CUDA_VISIBLE_DEVICES as trimtab chose, MASTER_ADDR set to the address of rank 0's node). The
+    placement group is removed once every actor of the gang is gone.
 
     Output is read back from the actor and appended to `task.log_path` as it comes. A stop sends SIGTERM to the
     task's process group through the actor, SIGKILL after the grace period, then kills the actor. A task whose
@@ -235,9 +236,8 @@ class RayExecutor(Executor):
         task.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         tracked = _Tracked(actor, task.log_path, task.node)
         tracked.wait_ref = actor.wait.remote()
-        started = actor.start.remote(list(task.argv), env, task.workdir, list(task.make_dirs))
-        tracked.extra["start_ref"] = started
-        tracked.extra["launched_s"] = self._clock()
+        tracked.extra.update(start_ref=None, launched_s=self._clock(), ready_ref=actor.ready.remote(),
+                             start_args=(list(task.argv), env, task.workdir, list(task.make_dirs)))
         self._tasks[task.run_id] = tracked
         return {"actor": name, "node_id": node_id, "namespace": NAMESPACE,
                 "placement_group": gang if gang in self._gangs else None}
@@ -253,9 +253,10 @@ class RayExecutor(Executor):
         if not self._swept:
             self._sweep_gangs()
         self._reap(now)
+        self._start_gangs()
         self._pump_logs()
         for run_id, tracked in list(self._tasks.items()):
-            if tracked.extra.get("start_ref") is not None:
+            if "start_ref" in tracked.extra:
                 self._check_start(run_id, tracked, now)
             if not tracked.ended and not self._check_end(tracked, now):
                 continue
@@ -272,12 +273,27 @@ class RayExecutor(Executor):
                 exits.append(TaskExit(run_id, tracked.exit_code, tracked.detail, lost=lost))
         return exits
 
+    def _start_gangs(self) -> None:
+        """Start the commands of each attempt whose launched actors are all up, together: an actor comes up when
+        Ray has started a worker process for it, seconds apart on a busy node, and no rank's command may start
+        before the others can join it."""
+        waiting: dict[str, list[_Tracked]] = {}
+        for run_id, tracked in self._tasks.items():
+            if "start_args" in tracked.extra and not tracked.ended:
+                waiting.setdefault(run_id.rsplit(".", 1)[0], []).append(tracked)
+        for members in waiting.values():
+            refs = [t.extra["ready_ref"] for t in members]
+            if len(self._ray.wait(refs, num_returns=len(refs), timeout=0)[0]) < len(refs):
+                continue
+            for tracked in members:
+                tracked.extra["start_ref"] = tracked.actor.start.remote(*tracked.extra.pop("start_args"))
+
     def _check_start(self, run_id: str, tracked: _Tracked, now_s: float) -> None:
         """Whether the actor started the command: a failed start ends the task with 127, and so does a start
-        that Ray has not reserved the GPUs for within the start timeout."""
+        that Ray has not reserved the GPUs for within the start timeout (counted from the launch)."""
         ray = self._ray
         start_ref = tracked.extra["start_ref"]
-        ready, _ = ray.wait([start_ref], timeout=0)
+        ready, _ = ray.wait([start_ref], timeout=0) if start_ref is not None else ([], [])
         if ready:
             tracked.extra.pop("start_ref")
             try:

@@ -93,6 +93,10 @@ class TaskActor:
             return {"error": "could not start the command"}
         return {"pid": self.proc.pid, "host": socket.gethostname()}
 
+    def ready(self) -> bool:
+        """Answers once the actor is up on its node (its gang's commands start when every actor answered)."""
+        return True
+
     def wait(self) -> int | None:
         self.done.wait()
         return self.code
