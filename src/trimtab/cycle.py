@@ -106,6 +106,7 @@ class Framework:
         # `order_key` answers the preempt plugins' question for it without asking the plugins again
         self._visiting: tuple[Job | None, tuple[Any, ...]] = (None, ())
         self._has_preempt = bool(self.preempt)
+        self._keys_moved = False  # a start or stop in this cycle may have moved running keys (dynamic order)
         self.keeps_usage = any(p.needs_usage for p in self.plugins)
         self.usage = UsageBook()
         self.placements_tried = 0  # calls of the place plugin (one per job, or one per consolidated unit)
@@ -233,6 +234,8 @@ class Framework:
         below the request (an elastic job, when a resize plugin sizes starts), start or reserve. False: the cycle
         ends here (nothing ordered after this job can start)."""
         ctx, decision, reserved_total = books.ctx, books.decision, books.reserved_total
+        if self._keys_moved:
+            self._fresh_running_keys(books)
         # EASY backfill: a job expected to end before the earliest reservation starts does not delay it
         ends_in_time = reserved_total > 0 and ctx.now_s + ctx.remaining_s(job) <= books.reserved_from_s
         free_for_job = ctx.cluster.free_gpus_total - (0 if ends_in_time else reserved_total)
@@ -357,6 +360,7 @@ class Framework:
                 decision.preemptions.append(victim)
                 books.on_preempt(victim)
                 self.forget(victim)
+            self._keys_moved = not self.static_order
             return alloc
         return None
 
@@ -379,6 +383,15 @@ class Framework:
             self.usage.add(job)
         if self._has_preempt:
             self.running_keys.cache(job, ctx)
+            self._keys_moved = not self.static_order
+
+    def _fresh_running_keys(self, books: CycleBooks) -> None:
+        """Under a dynamic order, a start or stop in this cycle may have moved running jobs' keys (drf: their
+        queue's share): asked again before the next job reads them, and at the cycle's close."""
+        self._keys_moved = False
+        self.running_keys.refresh(books.ctx)
+        ranked = books.ctx.running_ranked
+        books.worst_running = ranked[-1][0] if ranked else None
 
     def _reserve(self, books: CycleBooks, job: Job) -> bool:
         """Phase reserve (backfill): the first `backfill` answer for a job that cannot start is kept. False: it
@@ -399,6 +412,8 @@ class Framework:
         decision = books.decision
         for plugin in self.resize:
             self._apply_resizes(plugin.resize(books.ctx, decision), books)
+        if self._keys_moved:
+            self._fresh_running_keys(books)
         wakes = [w for p in self._closers if (w := p.close(books.ctx, decision)) is not None]
         expiry_s = self.running_keys.next_expiry_s()
         if expiry_s is not None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import bisect
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -92,30 +93,54 @@ class ShapeQueue:
         """Every pending entry in queue order."""
         return heapq.merge(*self._groups.values())
 
-    def walk(self, blocked: set[ShapeId], lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None
-             ) -> Walk:
+    def walk(self, blocked: set[ShapeId], lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None,
+             moved: Callable[[ShapeId], int] | None = None) -> Walk:
         """Entries in queue order for one cycle; a group is skipped from the moment its shape is in `blocked`
         (the caller adds a shape when its job cannot start, and may remove shapes). Entries may be removed
         (started) or added meanwhile. With `lifts`, each group's stored keys are mapped to the keys the groups are
-        merged by, through `lifts(shape, head)`, asked once per group when the walk starts."""
-        return Walk(self._groups, blocked, lifts)
+        merged by, through `lifts(shape, entry)`, asked for each group when the walk starts and again whenever
+        `moved(shape)` (a count that grows as the group's merge keys rise) has changed since."""
+        return Walk(self._groups, blocked, lifts, moved)
 
 
 class Walk:
-    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape)."""
+    """One cycle's pass over a ShapeQueue (see `ShapeQueue.walk`). Heap items are (merge key, entry, shape), one
+    per group. A group's lift is kept with the `moved` count it was asked at: a head popped with a count since
+    changed is lifted again and pushed back (its merge key can only have risen, so the heap's order holds); keys
+    that fell are taken in by `rekey`."""
 
     def __init__(self, groups: dict[ShapeId, list[Entry]], blocked: set[ShapeId],
-                 lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None) -> None:
+                 lifts: Callable[[ShapeId, Entry], Callable[[Key], Key]] | None = None,
+                 moved: Callable[[ShapeId], int] | None = None) -> None:
         self._groups = groups
         self._blocked = blocked
+        self._lifts = lifts
+        self._moved = moved
+        self._stamp: dict[ShapeId, int] = {}  # the `moved` count each group's lift was asked at
         self.lift: dict[ShapeId, Callable[[Key], Key]] | None = None
         if lifts is None:
             self._heap = [(group[0], group[0], shape) for shape, group in groups.items()]
         else:
-            self.lift = {shape: lifts(shape, group[0]) for shape, group in groups.items()}
-            self._heap = [(self._merge_key(group[0], shape), group[0], shape) for shape, group in groups.items()]
+            self.lift = {}
+            self._heap = [self._lifted(group[0], shape) for shape, group in groups.items()]
         heapq.heapify(self._heap)
         self._last: tuple[Entry, ShapeId] | None = None  # yielded; its group's next entry joins the heap lazily
+
+    def _lifted(self, entry: Entry, shape: ShapeId) -> tuple[Any, Entry, ShapeId]:
+        """The heap item of `entry` with its group lifted anew."""
+        assert self._lifts is not None and self.lift is not None
+        self.lift[shape] = self._lifts(shape, entry)
+        if self._moved is not None:
+            self._stamp[shape] = self._moved(shape)
+        return self._merge_key(entry, shape), entry, shape
+
+    def rekey(self) -> None:
+        """Merge keys may have fallen (a job stopped): lift every group whose count moved, and sort again."""
+        moved, stamp = self._moved, self._stamp
+        if moved is not None:
+            self._heap = [item if moved(item[2]) == stamp[item[2]] else self._lifted(item[1], item[2])
+                          for item in self._heap]
+            heapq.heapify(self._heap)
 
     def _merge_key(self, entry: Entry, shape: ShapeId) -> Any:
         if self.lift is None:
@@ -130,9 +155,13 @@ class Walk:
         heap = self._heap
         while heap:
             _, entry, shape = heapq.heappop(heap)
-            if shape not in self._blocked:
-                self._last = (entry, shape)
-                return entry, shape
+            if shape in self._blocked:
+                continue
+            if self._moved is not None and self._moved(shape) != self._stamp[shape]:
+                heapq.heappush(heap, self._lifted(entry, shape))
+                continue
+            self._last = (entry, shape)
+            return entry, shape
         raise StopIteration
 
     def _advance(self) -> None:
@@ -160,6 +189,23 @@ class Walk:
             out.append(group[i])
             i += 1
         return out
+
+
+class CycleMoves:
+    """The starts and stops of one cycle, counted by the groups of a dynamic order (`Plugin.key_group`) and in all:
+    a dynamic key is asked again once a job it may depend on has started or stopped (as Volcano's allocate action
+    orders the queues again after each job it places). `lowered`: a job stopped since the queue last looked, so
+    some keys may have fallen."""
+
+    def __init__(self) -> None:
+        self.by_group: Counter[Hashable] = Counter()
+        self.total = 0
+        self.lowered = False
+
+    def note(self, group: Hashable, stopped: bool) -> None:
+        self.by_group[group] += 1
+        self.total += 1
+        self.lowered = self.lowered or stopped
 
 
 class WaitingKeyExpiry:

@@ -4,8 +4,9 @@ No I/O, no wall clock, no global randomness: the world passes the time in and a 
 
 from __future__ import annotations
 
+import heapq
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +16,7 @@ from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
 from trimtab.policy import CycleContext, Decision, Observations, Plugin, RunningJob
 from trimtab.profile import Profile, Registry
-from trimtab.queue import Entry, ShapeId, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
+from trimtab.queue import CycleMoves, Entry, ShapeId, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
 
 _ONE_GPU = Resources(gpus=1)
 
@@ -257,6 +258,7 @@ class Scheduler:
         blocked = self._blocked
         carried = set(blocked)  # blocked by earlier cycles: a preemption in this one releases GPUs for them
         unit_of = None
+        moves: CycleMoves | None = None
         if self.framework.static_order:
             walk = self._queue.walk(blocked)
             queue: Iterator[tuple[tuple[Any, ...], Job, ShapeId]] = (
@@ -265,17 +267,22 @@ class Scheduler:
                 unit_of = self._unit_finder(walk)
         else:  # keys change between cycles: computed when the framework first asks for a job, after the plugins
             blocked = set()  # opened this cycle (drf's shares); blocked shapes are not carried over
-            queue = self._grouped_queue(ctx) if self.framework.group_order else self._sorted_queue(ctx)
+            moves = CycleMoves()  # and within it, as jobs start and stop
+            queue = self._grouped_queue(ctx, moves) if self.framework.group_order else self._sorted_queue(ctx, moves)
 
         def on_start(job: Job, alloc: Allocation) -> None:
             self._dequeue(job.id)
             self.state[job.id] = JobState.RUNNING
             self.running[job.id] = RunningJob(job, alloc, now_s, self.prior_executed_s.pop(job.id, 0.0),
                                               self.prior_attained_gpu_s.pop(job.id, 0.0))
+            if moves is not None:
+                moves.note(self.framework.key_groups(job), stopped=False)
 
         def on_preempt(job_id: str) -> None:
             blocked.difference_update(carried)
             carried.clear()
+            if moves is not None:
+                moves.note(self.framework.key_groups(self.running[job_id].job), stopped=True)
             run = self.running.pop(job_id)  # its allocation was released in the framework's Txn
             self._book_stop(run, now_s, None)
             self._enqueue(run.job, now_s)
@@ -305,21 +312,49 @@ class Scheduler:
         if any(resize.shrinks for resize in decision.resizes):
             self.changed()
 
-    def _grouped_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
-        """A grouped dynamic order (Framework.group_order): one key per shape, every waiting job in key order. The
-        walk skips no shape: a preemption within the cycle may let a later job of a blocked shape start."""
-        jobs, lift = self.jobs, self.framework.group_lift
-        walk = self._queue.walk(set(), lambda shape, head: lift(jobs[head[2]], ctx))
-        lifts = walk.lift
-        assert lifts is not None
-        for entry, shape in walk:
-            yield lifts[shape](entry[0])[:-1], jobs[entry[2]], shape
+    def _grouped_queue(self, ctx: CycleContext, moves: CycleMoves) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
+        """A grouped dynamic order (Framework.group_order): one key per shape, asked again once a job of its group
+        started or stopped in this cycle; every waiting job in key order. The walk skips no shape: a preemption
+        within the cycle may let a later job of a blocked shape start."""
+        jobs, lift, key_groups = self.jobs, self.framework.group_lift, self.framework.key_groups
+        group_of: dict[ShapeId, Hashable] = {}
 
-    def _sorted_queue(self, ctx: CycleContext) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
-        """Any other dynamic order: every waiting job's key, sorted."""
+        def lifts(shape: ShapeId, entry: Entry) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+            group_of[shape] = key_groups(jobs[entry[2]])
+            return lift(jobs[entry[2]], ctx)
+
+        walk = self._queue.walk(set(), lifts, lambda shape: moves.by_group[group_of[shape]])
+        lifted = walk.lift
+        assert lifted is not None
+        while True:
+            if moves.lowered:
+                moves.lowered = False
+                walk.rekey()
+            entry, shape = next(walk, (None, -1))
+            if entry is None:
+                return
+            yield lifted[shape](entry[0])[:-1], jobs[entry[2]], shape
+
+    def _sorted_queue(self, ctx: CycleContext, moves: CycleMoves) -> Iterator[tuple[tuple[Any, ...], Job, ShapeId]]:
+        """Any other dynamic order: every waiting job's key, in key order, each asked again once any job started
+        or stopped in this cycle (the lowest key popped is asked again if it is stale: keys only rise as jobs
+        start; after a stop, all are asked again)."""
         jobs, key = self.jobs, self.framework.order_key
-        yield from sorted(((key(jobs[jid], ctx), jobs[jid], shape) for jid, shape in self._queue.members()),
-                          key=lambda kjs: (kjs[0], kjs[1].submit_s))
+        # (key, submit time, place in the queue, when the key was asked, job id, shape)
+        heap = [(key(jobs[jid], ctx), jobs[jid].submit_s, i, 0, jid, shape)
+                for i, (jid, shape) in enumerate(self._queue.members())]
+        heapq.heapify(heap)
+        while heap:
+            if moves.lowered:
+                moves.lowered = False
+                heap = [(key(jobs[jid], ctx), submit_s, i, moves.total, jid, shape)
+                        for _, submit_s, i, _, jid, shape in heap]
+                heapq.heapify(heap)
+            item = heapq.heappop(heap)
+            if item[3] != moves.total:
+                heapq.heappush(heap, (key(jobs[item[4]], ctx), *item[1:3], moves.total, *item[4:]))
+                continue
+            yield item[0], jobs[item[4]], item[5]
 
     def _unit_finder(self, walk: Walk) -> Callable[[Job, ShapeId], list[Job]]:
         """Task consolidation (Profile.consolidate_window_s): the jobs that may join `head`, just yielded by

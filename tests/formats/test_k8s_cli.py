@@ -14,28 +14,32 @@ runner = CliRunner()
 
 
 def test_the_readme_example_runs_as_the_readme_says(tmp_path):
-    """team-a's quota holds two sweeps back while GPUs sit idle; the production gang evicts the one notebook it
-    needs to fit and runs whole on one node; everything completes."""
+    """team-a's quota holds two sweeps back while GPUs sit idle; team-b's notebook goes right after team-a's first
+    trial (fair share, weighed again after each start); the production gang evicts the one trial it needs to fit
+    and runs whole on one node; everything completes."""
     out = tmp_path / "run.json"
     result = runner.invoke(app, ["simulate", "--manifests", str(EXAMPLE), "--policy", "tenants", "--no-timing",
                                  "--out", str(out)])
     assert result.exit_code == 0, result.output
     run = json.loads(out.read_text())
     jobs = {j["id"]: j for j in run["jobs"]}
-    first_start = {k: j["runs"][0]["start"] for k, j in jobs.items()}
-    assert [first_start[f"team-a/trial-{s}"] for s in range(1, 7)] == [0, 0, 0, 0, 7200, 7200]
+    first = {k: j["runs"][0] for k, j in jobs.items()}
+    assert [first[f"team-a/trial-{s}"]["start"] for s in range(1, 7)] == [0, 0, 0, 0, 7200, 7200]
+    assert [first[k]["nodes"] for k in ("team-a/trial-1", "team-b/notebook", "team-a/trial-4")] == [
+        ["gpu-0"], ["gpu-0"], ["gpu-1"]]
     train = jobs["team-b/train"]["runs"]
     assert len(train) == 1 and (train[0]["start"], train[0]["end"]) == (1800.0, 12600.0)
     assert train[0]["nodes"] == ["gpu-1"] and train[0]["node_tasks"] == [4]
-    notebook = jobs["team-b/notebook"]["runs"]
-    assert [r["outcome"] for r in notebook] == ["preempted", "completed"]
-    assert (notebook[0]["end"], notebook[1]["start"], notebook[1]["end"]) == (1800.0, 7200.0, 34230.0)
+    trial = jobs["team-a/trial-4"]["runs"]
+    assert [r["outcome"] for r in trial] == ["preempted", "completed"]
+    assert (trial[0]["end"], trial[1]["start"], trial[1]["end"]) == (1800.0, 7200.0, 12630.0)
+    assert [r["outcome"] for r in jobs["team-b/notebook"]["runs"]] == ["completed"]
     s = run["summary"]
     assert (s["jobs_completed"], s["preemptions"]) == (8, 1)
     assert s["tenants"] == {
-        "team-a": {"jobs": 6, "gpu_share": 0.428508, "avg_jct_s": 9600.0, "avg_wait_s": 2400.0, "evictions": 0,
-                   "quota_blocked_s": 14400.0},  # trial-5 and trial-6 held by the quota for 2 h each
-        "team-b": {"jobs": 2, "gpu_share": 0.571492, "avg_jct_s": 22515.0, "avg_wait_s": 0.0, "evictions": 1,
+        "team-a": {"jobs": 6, "gpu_share": 0.428741, "avg_jct_s": 10505.0, "avg_wait_s": 2400.0, "evictions": 1,
+                   "quota_blocked_s": 3600.0},  # trial-5 and trial-6 held by the quota until trial-4 is evicted
+        "team-b": {"jobs": 2, "gpu_share": 0.571259, "avg_jct_s": 19800.0, "avg_wait_s": 0.0, "evictions": 0,
                    "quota_blocked_s": 0.0},
     }
 

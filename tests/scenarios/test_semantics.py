@@ -54,11 +54,7 @@ PROFILE_GROUPS = {
 
 
 # (scenario glob, profiles, reason): the cases today's code gets wrong
-KNOWN_GAPS: list[tuple[str, list[str], str]] = [
-    ("queue-weight-same-time", PROFILE_GROUPS["queue-share"], "no fix under way: the queue order is computed once "
-     "per cycle, so jobs arriving together all go to one queue, and its borrowed GPUs are not reclaimed until "
-     "something else happens"),
-]
+KNOWN_GAPS: list[tuple[str, list[str], str]] = []
 
 
 def scenario_cases() -> list[Any]:

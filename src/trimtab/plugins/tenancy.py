@@ -194,7 +194,9 @@ class Drf(Plugin):
     memory shares of the healthy cluster) divided by the group's weight; lower goes first. Groups are queues (a
     job's queue, else its namespace). With `half_life_s` > 0 the share is the usage decayed by that half-life (as
     Slurm's fair-share), the current share breaking ties, so a group that used much recently waits behind one that
-    did not. Keys change as usage does, so the queue is sorted every cycle."""
+    did not. Keys change as usage does: the queue is ordered again each cycle, and a queue's key is asked again
+    after each start or stop of one of its jobs within a cycle, so queues that ask at once share the GPUs by weight
+    (Volcano's allocate action orders the queues again after each job it places)."""
 
     static_order: ClassVar[bool] = False
     dynamic_running_key: ClassVar[bool] = True
@@ -209,13 +211,15 @@ class Drf(Plugin):
         self.half_life_s = float(half_life_s)
         self._decayed: dict[str, float] = {}  # integral of share x 2^(-age / half-life), in seconds
         self._last_s: float | None = None
-        self._share: dict[str, float] = {}
+        self._share: dict[str, float] = {}  # each queue's share when the cycle opened (for the decay)
+        self._cap = (1.0, 1.0, 1.0)  # GPUs, CPU millicores and memory MiB of the healthy nodes
 
     def open(self, ctx: CycleContext) -> None:
         cl = ctx.cluster
         h = cl.healthy
-        cap = np.array([max(int(cl.cap_gpus[h].sum()), 1), max(int(cl.cap_cpu_milli[h].sum()), 1),
-                        max(int(cl.cap_mem_mib[h].sum()), 1)], dtype=np.float64)
+        self._cap = (float(max(int(cl.cap_gpus[h].sum()), 1)), float(max(int(cl.cap_cpu_milli[h].sum()), 1)),
+                     float(max(int(cl.cap_mem_mib[h].sum()), 1)))
+        cap = np.array(self._cap, dtype=np.float64)
         previous = self._share
         by_queue = ctx.usage.by_queue  # every queue's share in one division (per queue: three numpy calls each cycle)
         shares = (np.array(list(by_queue.values()))[:, 1:4] / cap).max(axis=1).tolist() if by_queue else []
@@ -233,7 +237,8 @@ class Drf(Plugin):
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float, float]:
         queue = _queue_of(job)
         w = self.weights.get(queue, 1.0)
-        share = self._share.get(queue, 0.0) / w
+        used, cap = ctx.usage.queue(queue), self._cap  # now: jobs started in this cycle count
+        share = max(float(used[1]) / cap[0], float(used[2]) / cap[1], float(used[3]) / cap[2]) / w
         if self.half_life_s > 0:
             return (round(self._decayed.get(queue, 0.0) / (self.half_life_s / math.log(2)) / w, 9), share)
         return (round(share, 9), 0.0)
