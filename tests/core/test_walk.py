@@ -5,17 +5,18 @@ fell. And the scheduler's use of it: under drf, queues that ask at once share on
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
 from builders import job, nodes
 from trimtab.cluster import ClusterState
 from trimtab.profile import Profile
-from trimtab.queue import ShapeQueue
+from trimtab.queue import Entry, Key, ShapeQueue
 from trimtab.scheduler import Scheduler
 
 
 def _queue_of_two_groups() -> tuple[ShapeQueue, dict[int, str]]:
     queue = ShapeQueue(lambda j: (j.queue,))
-    group_of = {}
+    group_of: dict[int, str] = {}
     for i in range(3):
         for q in ("a", "b"):
             shape = queue.add(job(f"{q}{i}", queue=q), (None, float(i)), seq=i * 2 + (q == "b"))
@@ -27,9 +28,9 @@ def test_a_group_whose_key_rose_is_lifted_again_and_falls_behind() -> None:
     queue, group_of = _queue_of_two_groups()
     share = {"a": 0.0, "b": 0.5}
     moved: Counter[str] = Counter()
-    asked = []
+    asked: list[str] = []
 
-    def lifts(shape, entry):
+    def lifts(shape: int, entry: Entry) -> Callable[[Key], Key]:
         asked.append(group_of[shape])
         part = share[group_of[shape]]
         return lambda key: (part, *key[1:])
