@@ -95,6 +95,7 @@ def bound_members(env: KubeEnv) -> dict[str, str]:
 
 
 GANGS, MEMBERS = 50, 10
+HELD_BACK = 10  # gangs created after the leader is killed
 
 
 def leading(env: KubeEnv, logs: list[str]) -> str | None:
@@ -107,7 +108,8 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
     """Two replicas (scheduler name trimtab-burst) on eight 64-GPU nodes; 50 gangs of 10 one-GPU pods created one
     after another. The replicas' requests are paced (20 a second, bursts of 10) so that a gang's binding takes a
     while: the leader is SIGKILLed once 100 pods are bound and a gang is seen half-bound (or once 200 are bound),
-    while the gangs are still being created. The standby takes the Lease within the lease duration (plus its retry
+    while the gangs are still being created (the last 10 are created only after the kill, so a fast creator cannot
+    finish the burst first). The standby takes the Lease within the lease duration (plus its retry
     period) and binds the rest: every pod bound once (its node never changes, at most one Scheduled Event each,
     the same pod throughout), every gang whole."""
     taint, spec = pool("burst")
@@ -119,10 +121,13 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
     replicas = [run_trimtab_kube(kube_env, *args, log_name=log) for log in logs]
     created: list[str] = []
     creator_done = threading.Event()
+    killed = threading.Event()  # the last gangs are created only after the kill: it always falls inside the burst
 
     def create_gangs() -> None:
         with ThreadPoolExecutor(8) as pool_:
             for g in range(GANGS):
+                if g == GANGS - HELD_BACK:
+                    killed.wait(300)
                 kube_env.apply(pod_group(f"burst-{g}", MEMBERS))
                 names = [f"burst-{g}-{i}" for i in range(MEMBERS)]
                 list(pool_.map(lambda n, g=g: create_pod(kube_env, gpu_pod(n, 1, scheduler="trimtab-burst",
@@ -152,6 +157,7 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
             bound >= 100 and any(0 < n < MEMBERS for n in bound_per_gang().values())), timeout_s=180)
         replicas[leader].kill()  # SIGKILL: the Lease is left to expire
         killed_at, created_at_kill, bound_at_kill = time.monotonic(), len(created), len(first_node)
+        killed.set()
         half_bound_at_kill = sum(0 < n < MEMBERS for n in bound_per_gang().values())
         standby = logs[1 - leader]
         wait_for("the standby leading", lambda: leading(kube_env, [standby]),
