@@ -219,12 +219,12 @@ class Drf(Plugin):
         h = cl.healthy
         self._cap = (float(max(int(cl.cap_gpus[h].sum()), 1)), float(max(int(cl.cap_cpu_milli[h].sum()), 1)),
                      float(max(int(cl.cap_mem_mib[h].sum()), 1)))
-        cap = np.array(self._cap, dtype=np.float64)
-        previous = self._share
-        by_queue = ctx.usage.by_queue  # every queue's share in one division (per queue: three numpy calls each cycle)
-        shares = (np.array(list(by_queue.values()))[:, 1:4] / cap).max(axis=1).tolist() if by_queue else []
-        self._share = dict(zip(by_queue, shares, strict=True))
-        if self.half_life_s > 0:
+        if self.half_life_s > 0:  # the decay integrates each queue's share since the last cycle
+            cap = np.array(self._cap, dtype=np.float64)
+            previous = self._share
+            by_queue = ctx.usage.by_queue  # every queue's share in one division
+            shares = (np.array(list(by_queue.values()))[:, 1:4] / cap).max(axis=1).tolist() if by_queue else []
+            self._share = dict(zip(by_queue, shares, strict=True))
             dt = 0.0 if self._last_s is None else max(ctx.now_s - self._last_s, 0.0)
             decay = 2.0 ** (-dt / self.half_life_s)
             for q in set(self._decayed) | set(previous):
