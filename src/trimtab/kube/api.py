@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ALL_NS, ApiError, Client, KubeConfig
+from lightkube import ALL_NS, Client, KubeConfig
 from lightkube.core.resource import Resource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.coordination_v1 import Lease
@@ -50,6 +50,16 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
 )}
 
 
+def status_code(exc: BaseException) -> int | None:
+    """The HTTP status of a failed API call, whatever error type carries it: lightkube's ApiError (a JSON Status
+    body), or the HTTP client's status error for any other body, such as the plain-text `404 page not found` the
+    API server answers for a group it does not serve; None for a failure with no answer (unreachable, cut)."""
+    code = getattr(getattr(exc, "status", None), "code", None)
+    if not isinstance(code, int) or not code:
+        code = getattr(getattr(exc, "response", None), "status_code", None)
+    return code if isinstance(code, int) and code else None
+
+
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -77,10 +87,11 @@ class RateLimit:
 
 
 class KubeApi:
-    """One API client for one scheduler. Calls raise lightkube's ApiError (`.status.code`: 404 kind or object
-    absent, 409 conflict such as a pod already bound, 410 a watch's resourceVersion too old, 429 an eviction a
-    PodDisruptionBudget refuses), or httpx, OSError or http.client errors when the server cannot be reached;
-    callers decide what each means to them.
+    """One API client for one scheduler. Calls raise lightkube's ApiError, or its HTTP client's status error
+    for an answer that is no JSON Status (read either with `status_code`: 404 kind or object absent, 409 conflict
+    such as a pod already bound, 410 a watch's resourceVersion too old, 429 an eviction a PodDisruptionBudget
+    refuses), or httpx, OSError or http.client errors when the server cannot be reached; callers decide what
+    each means to them.
 
     Three rate limits of `qps` / `burst` each, as kube-scheduler builds three clients from its kubeconfig: `limit`
     for the watches and the writes that change the cluster, `event_limit` for Events and `lease_limit` for leader
@@ -133,8 +144,8 @@ class KubeApi:
         self.lease_limit.take()
         try:
             return self.client.get(Lease, name, namespace=namespace).to_dict()  # type: ignore[no-any-return]
-        except ApiError as exc:
-            if exc.status.code == 404:
+        except Exception as exc:
+            if status_code(exc) == 404:
                 return None
             raise
 

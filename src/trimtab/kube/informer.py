@@ -12,9 +12,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lightkube import ApiError
-
-from trimtab.kube.api import Kind, KubeApi
+from trimtab.kube.api import Kind, KubeApi, status_code
 
 log = logging.getLogger(__name__)
 
@@ -71,16 +69,15 @@ class Informer:
                     self._version = self._relist()
                 self._watch()
                 backoff_s = 0.0
-            except ApiError as exc:
-                if exc.status.code == 410:
+            except Exception as exc:  # also the server unreachable, a connection cut: resume from the last version
+                code = status_code(exc)
+                if code == 410:
                     self._version = None  # too old: list again, now
-                elif exc.status.code == 404:
+                elif code == 404:
                     self._version = None
                     self._absent()
                 else:
                     backoff_s = self._back_off(backoff_s, exc)
-            except Exception as exc:  # the server unreachable, a connection cut: resume from the last version
-                backoff_s = self._back_off(backoff_s, exc)
 
     def load(self, items: list[dict[str, Any]]) -> None:
         """Replace every object with `items` (what a list returned) and tell the scheduler."""

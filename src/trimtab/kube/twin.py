@@ -15,11 +15,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from lightkube import ApiError
-
 from trimtab.formats.k8s import Manifests
 from trimtab.formats.k8s.workloads import DURATION
-from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.api import KINDS, KubeApi, status_code
 from trimtab.kube.snapshot import SnapshotReader, pod_key
 from trimtab.model import Job, Node
 from trimtab.units import parse_duration_s
@@ -53,8 +51,8 @@ def read_cluster(api: KubeApi) -> dict[str, list[Obj]]:
     for name, kind in KINDS.items():
         try:
             out[name] = api.list(kind)[0]
-        except ApiError as exc:
-            if exc.status.code != 404:
+        except Exception as exc:
+            if status_code(exc) != 404:
                 raise
             out[name] = []
     return out
