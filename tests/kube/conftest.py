@@ -15,19 +15,23 @@ LOG_TAIL_LINES = 40
 GPU_NODES = 3  # kwok nodes of 8 GPUs; v100 on gpu-0, a100 on the others
 
 
-@pytest.fixture(scope="module")
-def kube_env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+@pytest.fixture(scope="module", params=["crds", "stock"])
+def kube_env(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    """The control plane of a module's stories, twice: with the PodGroup CRDs of both kinds installed, and stock
+    (no CRDs, the usual cluster), where the gangs come from Jobs."""
     missing = missing_binaries()
     if missing:
         pytest.skip(f"no {', '.join(missing)} in {bin_dir()}: build the control plane with `make kube-env` "
                     "(needs Go and the Go module proxy)")
-    env = KubeEnv(tmp_path_factory.mktemp("kube-env"))
+    env = KubeEnv(tmp_path_factory.mktemp(f"kube-env-{request.param}"), crds=request.param == "crds")
     env.start()
     try:
-        for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
-            env.apply(crd)
-        for path in ("/apis/scheduling.x-k8s.io/v1alpha1/podgroups", "/apis/scheduling.volcano.sh/v1beta1/podgroups"):
-            env.wait_served(path)
+        if env.crds:
+            for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
+                env.apply(crd)
+            for path in ("/apis/scheduling.x-k8s.io/v1alpha1/podgroups",
+                         "/apis/scheduling.volcano.sh/v1beta1/podgroups"):
+                env.wait_served(path)
         env.add_gpu_nodes(1, labels={"gpu-type": "v100", "nvidia.com/gpu.product": "v100"})
         env.add_gpu_nodes(GPU_NODES - 1, prefix="a100", labels={"gpu-type": "a100", "gpu-present": "true"})
         env.wait_nodes_ready(["gpu-0", *(f"a100-{i}" for i in range(GPU_NODES - 1))])

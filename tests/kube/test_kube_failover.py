@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
-from kube_env import KWOK_NODE, KubeEnv, run_trimtab_kube, stop_process
+from kube_env import KWOK_NODE, KubeEnv, needs_crds, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
 from test_kube_live import create_pod, wait_for
 
@@ -38,7 +38,8 @@ def events(env: KubeEnv, reason: str) -> list[dict[str, Any]]:
 
 
 def test_a_node_that_goes_not_ready_fails_its_gang_over(kube_env: KubeEnv) -> None:
-    """An Indexed Job of 4 x 4 GPUs, one PodGroup, on three 8-GPU nodes, its pods tolerating not-ready/unreachable
+    """An Indexed Job of 4 x 4 GPUs, one gang (a PodGroup with the CRDs, the Job itself on a stock cluster), on three
+    8-GPU nodes, its pods tolerating not-ready/unreachable
     for 5 s. The node of one member stops its heartbeat (kwok stops managing it); the node lifecycle controller
     marks it NotReady after its grace period (20 s here) and taints it NoExecute; 5 s later the member is lost and
     trimtab evicts the whole gang with GangRestarted Events. The Job controller recreates the members (each index
@@ -49,8 +50,9 @@ def test_a_node_that_goes_not_ready_fails_its_gang_over(kube_env: KubeEnv) -> No
     kube_env.wait_nodes_ready(names)
     spec["tolerations"] += [{"key": f"node.kubernetes.io/{key}", "operator": "Exists", "effect": "NoExecute",
                              "tolerationSeconds": 5} for key in ("not-ready", "unreachable")]
-    template = gpu_pod("member", 4, scheduler="trimtab-nf", group="nf-train", **spec)
-    kube_env.apply(pod_group("nf-train", 4))
+    template = gpu_pod("member", 4, scheduler="trimtab-nf", group="nf-train" if kube_env.crds else None, **spec)
+    if kube_env.crds:
+        kube_env.apply(pod_group("nf-train", 4))
     kube_env.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "nf-train"},
                     "spec": {"completionMode": "Indexed", "completions": 4, "parallelism": 4,
                              "backoffLimitPerIndex": 3, "podReplacementPolicy": "TerminatingOrFailed",
@@ -112,6 +114,7 @@ def test_the_standby_takes_over_during_a_burst_of_500_pods(kube_env: KubeEnv) ->
     finish the burst first). The standby takes the Lease within the lease duration (plus its retry
     period) and binds the rest: every pod bound once (its node never changes, at most one Scheduled Event each,
     the same pod throughout), every gang whole."""
+    needs_crds(kube_env)  # the failover story above runs on both; this burst, once, is enough
     taint, spec = pool("burst")
     nodes = kube_env.add_gpu_nodes(8, gpus=64, prefix="burst", labels={"pool": "burst"}, taints=[taint])
     kube_env.wait_nodes_ready(nodes)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from kube_env import ROOT, KubeEnv, run_trimtab_kube, stop_process
+from kube_env import ROOT, KubeEnv, needs_crds, run_trimtab_kube, stop_process
 from kube_objects import gpu_pod, pod_group
 
 pytestmark = pytest.mark.kube
@@ -36,6 +36,30 @@ def create_pod(env: KubeEnv, pod: dict[str, Any]) -> None:
     meta = {k: v for k, v in pod["metadata"].items() if k in ("name", "namespace", "labels", "annotations")}
     spec = {k: v for k, v in pod["spec"].items() if k not in ("priority",)}
     env.apply({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+
+def create_gang(env: KubeEnv, name: str, size: int, pod: dict[str, Any]) -> list[str]:
+    """A gang of `size` pods like `pod`, as the cluster allows: with the CRDs, a PodGroup and pods `name-i` naming
+    it; on a stock cluster, a batch/v1 Job of that parallelism (its pods are the gang). The members' names, once
+    they all exist."""
+    if env.crds:
+        env.apply(pod_group(name, size))
+        for i in range(size):
+            create_pod(env, {**pod, "metadata": {**pod["metadata"], "name": f"{name}-{i}",
+                                                 "labels": {"scheduling.x-k8s.io/pod-group": name}}})
+        return [f"{name}-{i}" for i in range(size)]
+    spec = {k: v for k, v in pod["spec"].items() if k != "priority"}
+    env.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": name},
+               "spec": {"completionMode": "Indexed", "completions": size, "parallelism": size,
+                        "template": {"metadata": {"annotations": pod["metadata"].get("annotations") or {}},
+                                     "spec": spec}}})
+    return wait_for(f"the {size} pods of Job {name}", lambda: len(names := job_pods(env, name)) == size and names)
+
+
+def job_pods(env: KubeEnv, job: str, namespace: str = "default") -> list[str]:
+    """The names of a Job's pods (the label the Job controller sets), not terminating."""
+    pods = env.request("GET", f"/api/v1/namespaces/{namespace}/pods?labelSelector=batch.kubernetes.io/job-name={job}")
+    return sorted(p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp"))
 
 
 def get_pod(env: KubeEnv, name: str, namespace: str = "default") -> dict[str, Any]:
@@ -111,20 +135,17 @@ def ready_nodes(env: KubeEnv) -> list[dict[str, Any]]:
 
 
 def test_a_gang_binds_whole_and_one_too_large_not_at_all(kube_env: KubeEnv, trimtab_kube: Any) -> None:
-    kube_env.apply(pod_group("huge", 4))  # 4 x 8 GPUs on 24: can never start
-    for i in range(4):
-        create_pod(kube_env, gpu_pod(f"huge-{i}", 8, group="huge"))
-    kube_env.apply(pod_group("train", 4))
-    for i in range(4):
-        create_pod(kube_env, gpu_pod(f"train-{i}", 4, group="train"))
-    nodes = wait_for("the gang bound", lambda: all(n := [get_pod(kube_env, f"train-{i}")["spec"].get("nodeName")
-                                                          for i in range(4)]) and n)
+    """A PodGroup's pods with the CRDs, a Job's pods on a stock cluster: the same gang either way."""
+    huge = create_gang(kube_env, "huge", 4, gpu_pod("huge", 8))  # 4 x 8 GPUs on 24: can never start
+    train = create_gang(kube_env, "train", 4, gpu_pod("train", 4))
+    nodes = wait_for("the gang bound", lambda: all(n := [get_pod(kube_env, pod)["spec"].get("nodeName")
+                                                          for pod in train]) and n)
     assert len(nodes) == 4
-    for i in range(4):
-        condition = wait_for(f"huge-{i} Unschedulable", lambda i=i: scheduled_condition(kube_env, f"huge-{i}"))
+    for pod in huge:
+        condition = wait_for(f"{pod} Unschedulable", lambda pod=pod: scheduled_condition(kube_env, pod))
         assert condition["reason"] == "Unschedulable"
         assert condition["message"].startswith("waiting for room for the gang's 4 members: room for ")
-        assert not get_pod(kube_env, f"huge-{i}")["spec"].get("nodeName")
+        assert not get_pod(kube_env, pod)["spec"].get("nodeName")
 
 
 def test_a_higher_priority_pod_evicts_through_the_eviction_api_and_a_pdb_holds(kube_env: KubeEnv) -> None:
@@ -170,10 +191,7 @@ def test_the_standby_takes_over_when_the_leader_is_killed(kube_env: KubeEnv) -> 
     def burst(first: int) -> list[str]:
         pods = []
         for g in range(first, first + 4):
-            kube_env.apply(pod_group(f"ha-{g}", 4))
-            for i in range(4):
-                pods.append(f"ha-{g}-{i}")
-                create_pod(kube_env, gpu_pod(pods[-1], 1, scheduler="trimtab-ha", group=f"ha-{g}", **pool))
+            pods += create_gang(kube_env, f"ha-{g}", 4, gpu_pod("ha", 1, scheduler="trimtab-ha", **pool))
         return pods
 
     def bound(pods: list[str]) -> bool:
@@ -207,6 +225,7 @@ def test_the_twin_replays_the_pending_work_as_trimtab_placed_it_live(kube_env: K
     pods ending in 20 s; four pending jobs behind them. `simulate --from-cluster` snapshots the cluster then and
     replays it under fifo: the pods it starts before any of them could end are the pods trimtab bound live (fifo
     stops at the 8-GPU pod, so the 4-GPU pod after it waits in both)."""
+    needs_crds(kube_env)
     taint = {"key": "pool", "value": "twin", "effect": "NoSchedule"}
     kube_env.add_gpu_nodes(2, prefix="twin", labels={"pool": "twin"}, taints=[taint])
     kube_env.wait_nodes_ready(["twin-0", "twin-1"])

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import yaml
-from kube_env import ROOT, KubeEnv, run_trimtab_kube, stop_process
+from kube_env import ROOT, KubeEnv, needs_crds, run_trimtab_kube, stop_process
 from test_kube_live import get_pod, scheduled_condition, wait_for
 
 pytestmark = pytest.mark.kube
@@ -72,6 +72,7 @@ def simulated(env: KubeEnv, docs: list[dict[str, Any]], tmp_path: Path) -> dict[
 
 
 def test_the_multi_tenant_example_runs_live_as_simulate_says(kube_env: KubeEnv, tmp_path: Path) -> None:
+    needs_crds(kube_env)  # the example's gang is a Volcano PodGroup
     docs = scenario()
     kube_env.request("PATCH", "/api/v1/nodes/gpu-0", {"metadata": {"labels": {"gpu-type": "nvidia-tesla-v100"}}},
                      content_type="application/merge-patch+json")  # the label value the example's affinity names

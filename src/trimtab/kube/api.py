@@ -17,6 +17,7 @@ from typing import Any
 from lightkube import ALL_NS, Client, KubeConfig
 from lightkube.core.resource import Resource
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Namespace, Node, Pod, ResourceQuota
 from lightkube.resources.scheduling_v1 import PriorityClass
@@ -42,6 +43,7 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("priorityclasses", PriorityClass, "scheduling.k8s.io/v1", "PriorityClass", False),
     Kind("namespaces", Namespace, "v1", "Namespace", False),
     Kind("resourcequotas", ResourceQuota, "v1", "ResourceQuota", True),
+    Kind("jobs", Job, "batch/v1", "Job", True),
     Kind("podgroups", create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
          "scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",

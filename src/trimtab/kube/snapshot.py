@@ -1,6 +1,7 @@
 """What the cluster looks like to the scheduler at one instant, read from the informers' objects with the one
 Kubernetes reader (trimtab.formats.k8s): Ready nodes, the pods that hold capacity, and the pending pods this
-scheduler owns grouped into jobs (a pod alone, or a PodGroup's gang and followers).
+scheduler owns grouped into jobs (a pod alone, or a gang and its followers: the pods naming a PodGroup, or those
+of one batch/v1 Job, owners.py).
 
 Owns Snapshot and SnapshotReader. Each pending unit is read on its own, so one invalid pod or PodGroup is
 reported (its pods get the reader's message) without holding up the rest."""
@@ -19,12 +20,14 @@ from typing import Any
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
+from trimtab.kube.owners import job_groups, owner_group
 from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
 # a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
-# PodGroup (namespace, name) and its status.startTime
-PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None]
+# gang (namespace, name: the PodGroup it names, else the Job that owns it), its status.startTime, and whether the
+# gang is its owner's (a Job) rather than a PodGroup it names
+PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None, bool]
 _TERMINAL = ("Succeeded", "Failed")
 HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
 TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
@@ -125,6 +128,8 @@ class SnapshotReader:
     snapshots (a bound pod's requests do not change), so a snapshot reads only what is new."""
 
     def __init__(self, scheduler_name: str | None) -> None:
+        self._gangs: set[tuple[str, str]] = set()  # (namespace, name) of every gang this snapshot knows
+        self._jobs_read: set[tuple[str, str]] = set()  # (namespace, name) of every Job read
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
@@ -139,10 +144,18 @@ class SnapshotReader:
         self._node_reads: dict[str, Node | None] = {}
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
-             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float) -> Snapshot:
+             namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float,
+             jobs: Iterable[Obj] = ()) -> Snapshot:
         """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet;
-        `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now."""
+        `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now; `jobs`
+        the batch/v1 Jobs, whose pods form a gang each (owners.py; a PodGroup of the Job's name is that gang)."""
         out = Snapshot()
+        jobs = list(jobs)
+        groups = list(groups)
+        named = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
+        groups += [g for g in job_groups(jobs) if (g["metadata"]["namespace"], g["metadata"]["name"]) not in named]
+        self._gangs = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
+        self._jobs_read = {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs}
         for doc in quotas:
             try:
                 out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas
@@ -159,7 +172,7 @@ class SnapshotReader:
                 if node is not None:
                     out.nodes.append(node)
         mine, bound_in_group = self._read_bound(out, pods, assumed, {n["metadata"]["name"]: n for n in nodes}, now_s)
-        self._read_pending(out, mine, list(groups), self._classes(classes),
+        self._read_pending(out, mine, groups, self._classes(classes),
                            {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
         return out
 
@@ -176,7 +189,9 @@ class SnapshotReader:
         for pod in pods:
             facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
             self._facts[id(pod)] = facts
-            uid, key, phase, node, deleting, ours, group, started = facts[1]
+            uid, key, phase, node, deleting, ours, group, started, owned = facts[1]
+            if owned and group not in self._gangs:
+                group = None  # a Job opted out of gangs (or not read yet): its pods are on their own
             node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
                 if phase == "Succeeded" and uid in self._holding_jobs:
@@ -204,11 +219,13 @@ class SnapshotReader:
     def _pod_facts(self, pod: Obj) -> PodFacts:
         """What `_read_bound` reads of one version of a pod (an informer replaces a pod's dict when it changes)."""
         meta, spec = pod["metadata"], pod["spec"]
-        group = pod_group(pod)
+        named = pod_group(pod)
+        group = named or owner_group(pod)
         return (meta["uid"], pod_key(pod), (pod.get("status") or {}).get("phase"), spec.get("nodeName"),
                 bool(meta.get("deletionTimestamp")),
                 self.scheduler_name is None or spec.get("schedulerName") == self.scheduler_name,
-                (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"))
+                (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"),
+                group is not None and named is None)
 
     def _pod_version(self, pod: Obj, before: Mapping[int, tuple[Obj, str]]) -> str:
         """What the reader reads of a pending pod (its metadata and spec), as a key: a write to its status (the
@@ -266,18 +283,27 @@ class SnapshotReader:
 
     def _read_pending(self, out: Snapshot, mine: list[Obj], groups: list[Obj], classes: list[PriorityClass],
                       namespaces: Mapping[str, Obj], bound_in_group: Mapping[tuple[str, str], int]) -> None:
-        """Read each pending unit (a pod alone, or the pending pods of one PodGroup with it) into `out`."""
+        """Read each pending unit (a pod alone, or the pending pods of one gang with it) into `out`. The pods of a
+        Job not read yet wait for it: read alone, they could be bound in part."""
         group_docs = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in groups}
         units: dict[tuple[str, str], list[Obj]] = {}
+        owned: set[str] = set()  # pods in a gang of their owner's, which the reader learns of through the label
         for pod in sorted(mine, key=lambda p: (epoch_s(p["metadata"].get("creationTimestamp")), pod_key(p))):
-            group = pod_group(pod)
             ns = pod["metadata"]["namespace"]
+            group = pod_group(pod)
+            if group is None and (owner := owner_group(pod)) is not None:
+                if (ns, owner) in group_docs:
+                    group = owner
+                    owned.add(pod_key(pod))
+                elif (ns, owner) not in self._jobs_read:
+                    continue
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
         cache, self._unit_reads = self._unit_reads, {}
         versions_before, self._pending_versions = self._pending_versions, {}
         for (ns, name), pods in units.items():
-            docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p)) for p in pods]
+            docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p, name if pod_key(p) in owned else None))
+                                           for p in pods]
             gang = not name.startswith("pod:")
             if gang and (ns, name) in group_docs:
                 docs.append((f"{ns}/{name}", _group_doc(group_docs[(ns, name)], bound_in_group.get((ns, name), 0))))
@@ -354,8 +380,12 @@ def _node_doc(node: Obj) -> Obj:
             "status": {k: v for k, v in (node.get("status") or {}).items() if k in ("allocatable", "capacity")}}
 
 
-def _pod_doc(pod: Obj) -> Obj:
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": pod["metadata"], "spec": pod["spec"]}
+def _pod_doc(pod: Obj, gang: str | None = None) -> Obj:
+    """The pod as the reader reads it; a member of its owner's `gang` labelled as a member of that PodGroup."""
+    meta = pod["metadata"]
+    if gang is not None:
+        meta = {**meta, "labels": {**(meta.get("labels") or {}), COSCHED_GROUP: gang}}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod["spec"]}
 
 
 def _group_doc(group: Obj, bound: int) -> Obj:
