@@ -400,6 +400,17 @@ def test_a_batch_job_is_a_gang_of_parallelism_pods_with_its_backoff_limit(backof
     assert container.env == (("A", "1"), ("B", None)) and container.path == "spec.template.spec.containers[0]"
 
 
+def test_a_batch_job_gang_is_what_the_job_controller_runs_at_once_and_it_can_opt_out():
+    """completions below parallelism: the Job controller makes only that many pods, so the gang is that size (the
+    live gang's rule, kube/owners.py). `trimtab.io/gang: "false"`: the pods are jobs of their own."""
+    (job,) = load(BATCH_JOB.format(backoff="completions: 2")).jobs
+    assert (job.id, job.tasks) == ("team-a/sweep", 2)
+    opted_out = "trimtab.io/duration: 2h, trimtab.io/gang: 'false'"
+    opted = load(BATCH_JOB.format(backoff="backoffLimit: 1").replace("trimtab.io/duration: 2h", opted_out))
+    assert [(j.id, j.tasks, j.max_retries, j.duration_s) for j in opted.jobs] == [
+        (f"team-a/sweep-{i}", 1, 1, 7200.0) for i in range(4)]
+
+
 def test_documents_of_kinds_trimtab_does_not_read_are_ignored_whole():
     """An unread kind needs no name; it is a warning, and kept in `unknown` for strict callers."""
     m = load("apiVersion: v1\nkind: Service\n---\napiVersion: apps/v1\nkind: Deployment\nmetadata: {name: d}\n"

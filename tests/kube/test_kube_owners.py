@@ -14,8 +14,8 @@ pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not insta
 from kube_objects import batch_job, gpu_node, gpu_pod, pod_group
 from test_kube_cycle import FakeApi
 
+from trimtab.formats.k8s.workloads import job_gang_size
 from trimtab.kube.live import KubeScheduler
-from trimtab.kube.owners import job_gang_size
 from trimtab.profile import Profile
 
 
@@ -72,7 +72,6 @@ def test_a_job_replacing_one_pod_of_a_running_gang_binds_it_alone() -> None:
     (3, None, 0, 3), (3, 10, 0, 3), (3, 4, 2, 2), (3, 4, 4, 0), (None, None, 0, 1)])
 def test_the_gang_is_what_the_job_controller_keeps_running(parallelism: int | None, completions: int | None,
                                                             succeeded: int, size: int) -> None:
-    job = batch_job("j", 1, completions=completions, succeeded=succeeded)
-    job["spec"]["parallelism"] = parallelism
-    assert job_gang_size(job) == size
-    assert job_gang_size({**job, "spec": {**job["spec"], "suspend": True}}) == 0
+    spec = {"parallelism": parallelism, "completions": completions}
+    assert job_gang_size(spec, succeeded) == size
+    assert job_gang_size(spec, succeeded, suspended=True) == 0

@@ -11,9 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from trimtab.formats.k8s.workloads import GANG as OPT_OUT
+from trimtab.formats.k8s.workloads import job_gang_size
+
 Obj = dict[str, Any]
 
-OPT_OUT = "trimtab.io/gang"  # "false": the workload's pods are scheduled one by one
 JOB_API = "batch/v1"
 
 
@@ -32,26 +34,14 @@ def owner_group(pod: Obj) -> str | None:
     return None
 
 
-def job_gang_size(job: Obj) -> int:
-    """How many pods of a Job run at once, as the Job controller keeps them: `parallelism` (default 1), and no
-    more than the completions still to come (`completions - status.succeeded`) when `completions` is set; 0 for
-    a suspended Job."""
-    spec, status = job.get("spec") or {}, job.get("status") or {}
-    if spec.get("suspend"):
-        return 0
-    size = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
-    if spec.get("completions") is not None:
-        size = min(size, int(spec["completions"]) - int(status.get("succeeded") or 0))
-    return max(size, 0)
-
-
 def job_groups(jobs: Iterable[Obj]) -> list[Obj]:
     """Each Job that has not opted out as the coscheduling PodGroup its pods form: named after the Job, of
     `minMember` its gang size, carrying the Job's uid and resourceVersion (what the snapshot's cache keys on)."""
     out: list[Obj] = []
     for job in jobs:
         meta = job["metadata"]
-        size = job_gang_size(job)
+        size = job_gang_size(job.get("spec") or {}, int((job.get("status") or {}).get("succeeded") or 0),
+                             bool((job.get("spec") or {}).get("suspend")))
         if size < 1 or _opted_out(job):
             continue
         out.append({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",

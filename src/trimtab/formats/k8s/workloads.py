@@ -5,6 +5,7 @@ turn one or more pods into one Job, with a Launch beside it for the live service
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ SUBMIT = "trimtab.io/submit-time"
 GPU_RANGE = "trimtab.io/gpus"  # an elastic gang's GPU range, e.g. "2-8" (docs/elastic.md)
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
+GANG = "trimtab.io/gang"  # "false" on a Job or its pod template: its pods are scheduled one by one
 BACKOFF_LIMIT = 6  # Kubernetes's default spec.backoffLimit of a batch/v1 Job: retries before the Job fails
 MAX_PODS = 100_000  # pods of one workload; more is refused before anything is built for them
 
@@ -140,8 +142,9 @@ class WorkloadReader:
             self._group(gdoc, [pod for _, pod in named], [name for name, _ in named])
 
     def read_batch_job(self, doc: Doc) -> None:
-        """A batch/v1 Job: `parallelism` pods of its template, started together; `backoffLimit` (default 6)
-        retries."""
+        """A batch/v1 Job: the pods the Job controller runs at once (`job_gang_size`) of its template, started
+        together, or one by one (`name-i`) when the Job or its template opts out (`trimtab.io/gang: "false"`);
+        `backoffLimit` (default 6) retries."""
         spec = doc.data.get("spec")
         if not isinstance(spec, dict):
             raise doc.error("spec", "a Job needs a spec mapping")
@@ -150,10 +153,18 @@ class WorkloadReader:
         if not isinstance(template, dict):
             raise doc.error("spec.template", "a Job needs a pod template")
         doc.check_keys(template, "spec.template", ("metadata", "spec"))
-        parallelism = _count(doc, spec.get("parallelism", 1), "spec.parallelism", 1)
+        _count(doc, spec.get("parallelism", 1), "spec.parallelism", 1)
+        if spec.get("completions") is not None:
+            _count(doc, spec["completions"], "spec.completions", 1)
+        size = job_gang_size(spec)
         retries = int_field(doc, spec.get("backoffLimit", BACKOFF_LIMIT), "spec.backoffLimit", 0)
         pod = self._pod(doc, template.get("spec"), "spec.template.spec", template.get("metadata") or {})
-        self._job(doc, [pod] * parallelism, "", "", parallelism, _own_annotations(doc), max_retries=retries)
+        own = _own_annotations(doc)
+        if str(own.get(GANG, pod.run.annotations.get(GANG, ""))).lower() != "false":
+            self._job(doc, [pod] * size, "", "", size, own, max_retries=retries)
+            return
+        for i in range(size):
+            self._job(dataclasses.replace(doc, name=f"{doc.name}-{i}"), [pod], "", "", 1, own, max_retries=retries)
 
     def read_volcano_job(self, doc: Doc) -> None:
         """A Volcano Job: the replicas of every task in task order, a gang of the first `minAvailable` and
@@ -295,6 +306,18 @@ class WorkloadReader:
             raise doc.error("spec.priorityClassName", f"unknown priority class: no PriorityClass with name {name} "
                             "was found")
         return pc
+
+
+def job_gang_size(spec: Mapping[str, Any], succeeded: int = 0, suspended: bool = False) -> int:
+    """How many pods of a batch/v1 Job run at once, as the Job controller keeps them: `parallelism` (default 1),
+    no more than the completions still to come (`completions - succeeded`) when `completions` is set; 0 while
+    suspended. Its gang, in simulation and live."""
+    if suspended:
+        return 0
+    size = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
+    if spec.get("completions") is not None:
+        size = min(size, int(spec["completions"]) - succeeded)
+    return max(size, 0)
 
 
 def _elastic(doc: Doc, own: Mapping[str, str], tasks: int, task: Resources) -> Elastic | None:
