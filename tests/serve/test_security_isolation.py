@@ -242,3 +242,31 @@ def test_tenant_user_names_and_options() -> None:
         Identities(Path("/tmp/x"), isolated=True, users={"a": "no-such-user-here"})
     with pytest.raises(ValueError, match="needs a server running as root"):
         Identities(Path("/tmp/x"), users={"a": "alice"})
+
+
+@needs_root
+def test_tenant_users_are_one_per_tenant_recorded_and_never_adopted(tmp_path: Path) -> None:
+    """`Team_A`'s first-try user name is computable, so a tenant literally named after it (less the prefix) must
+    get another user, as must a tenant whose first-try name is a user the server did not create; a restarted
+    server finds the same users in its record."""
+    made: list[str] = []
+    squatter = "trimtab-squat-x"  # made by someone else before tenant squat-x first runs
+    subprocess.run(["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", squatter],
+                   capture_output=True, check=True)
+    try:
+        ids = Identities(tmp_path, isolated=True)
+        team = ids.user_of("Team_A")
+        made.append(team.name)
+        lookalike = ids.user_of(team.name.removeprefix("trimtab-"))
+        made.append(lookalike.name)
+        squat = ids.user_of("squat-x")
+        made.append(squat.name)
+        assert len({team.uid, lookalike.uid, squat.uid, pwd.getpwnam(squatter).pw_uid}) == 4
+        assert squat.name != squatter and lookalike.name != team.name
+        assert mode(tmp_path / "tenant-users.json") == 0o600
+        again = Identities(tmp_path, isolated=True)
+        assert [again.user_of(t) for t in ("Team_A", team.name.removeprefix("trimtab-"), "squat-x")] == [
+            team, lookalike, squat]
+    finally:
+        for user in (*made, squatter):
+            subprocess.run(["userdel", user], capture_output=True, check=False)

@@ -1,10 +1,12 @@
 """Who runs a tenant's tasks, and the tenant's own folders.
 
 Run as root, the server runs each tenant's tasks as that tenant's Unix user: one the operator named
-(`--tenant-user team-a=alice`), else `trimtab-<tenant>`, a system user without login shell or home created on first
-use. Each tenant owns `<data-dir>/tenants/<tenant>/` (mode 0700): its jobs' checkpoint folders and a working
-folder (the tasks' default working directory and HOME). Everything else in the data dir (the store, the admin
-token, logs, the executor's bookkeeping) is the server's alone; the data dir itself is then 0711 so a tenant's task
+(`--tenant-user team-a=alice`), else a system user without login shell or home that the server creates on first
+use (`trimtab-<tenant>`, or another free name) and records in `<data-dir>/tenant-users.json`: one user per tenant,
+never one the server did not create, never two tenants on one user. Each tenant owns
+`<data-dir>/tenants/<tenant>/` (mode 0700): its jobs' checkpoint folders and a working folder (the tasks' default
+working directory and HOME). Everything else in the data dir (the store, the admin token, logs, the executor's
+bookkeeping, the record of users) is the server's alone; the data dir itself is then 0711 so a tenant's task
 can pass through it to its own folder without listing it.
 
 Run as an ordinary user (or with `--shared-identity`), every task runs as the server's user: tenants share one
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import grp
 import hashlib
+import json
 import logging
 import os
 import pwd
@@ -28,6 +31,7 @@ from pathlib import Path
 log = logging.getLogger("trimtab.serve")
 
 TENANTS_DIR = "tenants"
+USERS_FILE = "tenant-users.json"  # tenant -> {"user", "uid"} of the users this server created (the server's, 0600)
 USER_PREFIX = "trimtab-"
 MAX_USER_NAME = 32  # useradd's limit
 _SYSTEM_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -47,9 +51,10 @@ class TaskUser:
 
 
 def user_name_for(tenant: str) -> str:
-    """The Unix user created for a tenant no operator mapped: `trimtab-<tenant>` when that is a valid user name
-    of at most 32 characters, else a shortened lower-case form with a digest of the tenant's name, so two tenants
-    never share one (`trimtab-Team.A` -> `trimtab-team-a-3f1c2b9e`)."""
+    """The first name tried for the Unix user of a tenant no operator mapped: `trimtab-<tenant>` when that is a
+    valid user name of at most 32 characters, else a shortened lower-case form with a digest of the tenant's name
+    (`trimtab-Team.A` -> `trimtab-team-a-3f1c2b9e`). Anyone can compute it, so it is only a first try: `Identities`
+    takes the next free name when it is taken."""
     plain = USER_PREFIX + tenant
     if _PLAIN_USER.match(tenant) and len(plain) <= MAX_USER_NAME:
         return plain
@@ -72,8 +77,9 @@ class Identities:
     """The tenants' identities and folders, asked by the Launcher for every task it starts.
 
     `isolated` True (the server is root and was not told to share its identity): `user_of` answers each tenant's
-    TaskUser, creating `trimtab-<tenant>` on first use; an unknown configured user, or a mapping to root, is a
-    ValueError at construction. False: `user_of` answers None (the server's own user)."""
+    TaskUser: the configured one, else the one recorded for it in USERS_FILE, else a user created for it now and
+    recorded (see `_new_user`); an unknown configured user, or a mapping to root, is a ValueError at construction.
+    False: `user_of` answers None (the server's own user)."""
 
     def __init__(self, data_dir: Path, *, isolated: bool = False, users: Mapping[str, str] | None = None,
                  shared_as: str | None = None) -> None:
@@ -88,6 +94,9 @@ class Identities:
             raise ValueError("--tenant-user needs a server running as root (without --shared-identity)")
         for tenant, name in self.configured.items():
             self._known[tenant] = _existing_user(name, f"--tenant-user {tenant}={name}")
+        self._made: dict[str, dict[str, object]] = {}  # USERS_FILE's record
+        if isolated and (data_dir / USERS_FILE).exists():
+            self._made = json.loads((data_dir / USERS_FILE).read_text())
 
     def describe(self) -> dict[str, object]:
         """For the start-up message and `/v1/nodes`: whether tenants are isolated, and how; how GPUs are pinned."""
@@ -104,8 +113,35 @@ class Identities:
             return None
         with self._lock:
             if tenant not in self._known:
-                self._known[tenant] = _ensure_system_user(user_name_for(tenant))
+                made = self._made.get(tenant)
+                self._known[tenant] = self._new_user(tenant) if made is None else _recorded_user(tenant, made)
             return self._known[tenant]
+
+    def _new_user(self, tenant: str) -> TaskUser:
+        """Create and record the user of `tenant`: `user_name_for(tenant)`, else the same with `-2`, `-3`, ...
+        (shortened to fit), the first name that no recorded tenant has and no Unix user of this machine has yet
+        (a user the server did not create is never adopted: name it with --tenant-user to use it)."""
+        taken = {str(made["user"]) for made in self._made.values()}
+        first = user_name_for(tenant)
+        for n in range(1, 1000):
+            name = first if n == 1 else f"{first[:MAX_USER_NAME - len(str(n)) - 1]}-{n}"
+            if name in taken or _user_exists(name):
+                continue
+            user = _create_system_user(name)
+            if user is None:  # made meanwhile by someone else
+                continue
+            self._made[tenant] = {"user": user.name, "uid": user.uid}
+            self._save()
+            return user
+        raise OSError(f"no free Unix user name for tenant {tenant!r}")
+
+    def _save(self) -> None:
+        path = self.data_dir / USERS_FILE
+        fresh = path.with_suffix(".tmp")
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as out:
+            json.dump(self._made, out, indent=1, sort_keys=True)
+        os.replace(fresh, path)
 
     def tenant_dir(self, tenant: str) -> Path:
         return self.data_dir / TENANTS_DIR / tenant
@@ -156,12 +192,25 @@ def _existing_user(name: str, where: str) -> TaskUser:
     return TaskUser(entry.pw_name, entry.pw_uid, entry.pw_gid)
 
 
-def _ensure_system_user(name: str) -> TaskUser:
-    """The system user `name`, created (with its own group, no home, no login shell) if missing."""
+def _user_exists(name: str) -> bool:
     try:
-        return _existing_user(name, "tenant user")
-    except ValueError:
-        pass
+        pwd.getpwnam(name)
+    except KeyError:
+        return False
+    return True
+
+
+def _recorded_user(tenant: str, made: Mapping[str, object]) -> TaskUser:
+    """The user recorded for `tenant`, checked to be the one created for it (same uid)."""
+    user = _existing_user(str(made["user"]), f"{USERS_FILE}: tenant {tenant}")
+    if user.uid != made["uid"]:
+        raise OSError(f"{USERS_FILE}: the Unix user {user.name} made for tenant {tenant} had uid {made['uid']}, "
+                      f"now {user.uid}: it is not the user trimtab created")
+    return user
+
+
+def _create_system_user(name: str) -> TaskUser | None:
+    """The system user `name`, created now (with its own group, no home, no login shell); None if it exists."""
     useradd = shutil.which("useradd", path=_SYSTEM_PATH)
     shell = next((s for s in ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false") if os.path.exists(s)), "/bin/false")
     if useradd is None:
@@ -169,7 +218,9 @@ def _ensure_system_user(name: str) -> TaskUser:
     done = subprocess.run([useradd, "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
                            "--shell", shell, name], capture_output=True, text=True, env={"PATH": _SYSTEM_PATH},
                           check=False)
-    if done.returncode not in (0, 9):  # 9: it exists (made meanwhile by another server)
+    if done.returncode == 9:  # it exists
+        return None
+    if done.returncode != 0:
         raise OSError(f"cannot create the Unix user {name}: {done.stderr.strip() or done.returncode}")
     log.warning("created Unix user %s (group %s) for a tenant", name, grp.getgrgid(pwd.getpwnam(name).pw_gid).gr_name)
     return _existing_user(name, "tenant user")
