@@ -147,6 +147,9 @@ def test_a_tenant_sees_only_its_jobs_and_is_held_to_its_quota(server: Server, ad
     mine = team_a.post("/v1/jobs", json={"command": ["true"], "gpus": 1}).json()["id"]
     seen = {j["id"] for j in team_a.get("/v1/jobs").json()["jobs"]}
     assert mine in seen and other not in seen
+    assert {j["id"] for j in team_a.get("/v1/jobs", params={"tenant": "team-a"}).json()["jobs"]} == seen
+    r = team_a.get("/v1/jobs", params={"tenant": "team-b"})  # not silently its own list instead
+    assert r.status_code == 403 and r.json()["field"] == "tenant"
     assert team_a.get(f"/v1/jobs/{other}").status_code == 404
     assert team_a.post(f"/v1/jobs/{other}/cancel").status_code == 404
     r = team_a.post("/v1/jobs", json={"command": ["true"], "gpus": 3})

@@ -242,6 +242,11 @@ def test_an_idempotency_key_returns_the_job_already_accepted(world: World) -> No
     first = d.requests.submit(spec(idempotency_key="k1"), ADMIN)
     again = d.requests.submit(spec(idempotency_key="k1"), ADMIN)
     assert first == (first[0], True) and again == (first[0], False)
+    with pytest.raises(ServeError) as err:  # the same key for another job: refused, as idempotency keys are
+        d.requests.submit(spec("sleep 99", idempotency_key="k1"), ADMIN)
+    assert (err.value.status, err.value.field) == (409, "idempotency_key") and "command differs" in str(err.value)
+    with world.store.reader() as s:
+        assert len(s.scalars(select(JobRow)).all()) == 1
 
 
 def test_impossible_jobs_are_refused_before_anything_is_stored(world: World) -> None:

@@ -181,7 +181,10 @@ def _add_job_routes(app: FastAPI, daemon: Daemon) -> None:
                   tenant: Annotated[str | None, Query(max_length=100)] = None,
                   limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
                   after_id: Annotated[int, Query(ge=0, le=2**62)] = 0) -> dict[str, Any]:
-        """Jobs the token may see, oldest first, `limit` at a time after `after_id`."""
+        """Jobs the token may see, oldest first, `limit` at a time after `after_id`; a tenant token asking for
+        another tenant's jobs gets 403."""
+        if not who.admin and tenant is not None and tenant != who.tenant:
+            raise ServeError(403, f"a token of tenant {who.tenant} lists only its own jobs", "tenant")
         query = select(JobRow).where(JobRow.id > after_id).order_by(JobRow.id).limit(limit)
         if state is not None:
             query = query.where(JobRow.state == state)

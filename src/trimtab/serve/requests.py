@@ -96,7 +96,8 @@ class Requests:
 
     def submit(self, spec: JobSpec, who: Principal) -> tuple[int, bool]:
         """Accept a job: check it, commit it, queue it. Returns (job id, created); created is False when the
-        idempotency key names a job already accepted. Raises ServeError (nothing is stored then)."""
+        idempotency key names a job already accepted with the same definition (409 when it differs). Raises
+        ServeError (nothing is stored then)."""
         tenant = self._tenant_for(spec, who)
         problem = self.host.executor.validate(tuple(spec.command))
         if problem:
@@ -126,7 +127,7 @@ class Requests:
                 with self._pending_lock:
                     job_id, job = self._commit(row, limits.max_pending_jobs)
         except IntegrityError:  # the same idempotency key, submitted at the same moment: that job wins
-            found = self._idempotent(tenant, spec.idempotency_key)
+            found = self._idempotent(row)
             if found is None:
                 raise
             return found, False
@@ -145,8 +146,7 @@ class Requests:
         a job already accepted. Raises ServeError 429 when its tenant has `max_pending_jobs` pending already."""
         with self.host.store.session() as s:
             if row.idempotency_key is not None:
-                found = s.scalar(select(JobRow.id).where(JobRow.tenant == row.tenant,
-                                                         JobRow.idempotency_key == row.idempotency_key))
+                found = self._idempotent(row)
                 if found is not None:
                     return found, None
             if max_pending_jobs is not None:
@@ -159,9 +159,19 @@ class Requests:
             s.flush()
             return row.id, job_of(row)
 
-    def _idempotent(self, tenant: str, key: str | None) -> int | None:
+    def _idempotent(self, row: JobRow) -> int | None:
+        """The job accepted before under `row`'s tenant and idempotency key, or None; ServeError 409 naming the
+        first field that differs when that job's definition is not `row`'s (a key reused for another job)."""
         with self.host.store.reader() as s:
-            return s.scalar(select(JobRow.id).where(JobRow.tenant == tenant, JobRow.idempotency_key == key))
+            found = s.scalar(select(JobRow).where(JobRow.tenant == row.tenant,
+                                                  JobRow.idempotency_key == row.idempotency_key))
+            if found is None:
+                return None
+            differs = next((c for c in _DEFINITION if getattr(found, c) != getattr(row, c)), None)
+            if differs is not None:
+                raise ServeError(409, f"idempotency key {row.idempotency_key!r} was used for job {found.id}, "
+                                 f"whose {differs} differs: a key names one job", "idempotency_key")
+            return found.id
 
     def _tenant_for(self, spec: JobSpec, who: Principal) -> str:
         if who.admin:
@@ -277,6 +287,12 @@ class Requests:
             self.quotas[tenant] = quota_gpus
             self.host.scheduler.changed()  # a raised quota may let a waiting job start
         self.host.wake()
+
+
+# what a submission defines (the columns `_row_of` fills from the spec): a reused idempotency key must repeat them
+_DEFINITION = ("name", "priority", "priority_class", "tasks", "gpus_per_task", "gpu_milli", "cpu_milli", "mem_mib",
+               "gpu_models", "node_selector", "tolerations", "affinity", "labels", "command", "env", "workdir",
+               "max_retries", "min_tasks", "max_tasks", "target_gpu_util")
 
 
 def _row_of(spec: JobSpec, tenant: str, now_s: float) -> JobRow:
