@@ -67,17 +67,19 @@ def submit(client: httpx.Client, **spec: Any) -> int:
     return int(r.json()["id"])
 
 
-def test_a_tenant_may_not_use_the_top_priority_class_until_the_admin_allows_it(server: Server,
-                                                                                 admin: httpx.Client) -> None:
+def test_a_tenant_may_not_use_a_class_above_normal_until_the_admin_grants_it(server: Server,
+                                                                               admin: httpx.Client) -> None:
     """As Kubernetes limits PriorityClass consumption by default (the ResourceQuota admission plugin's
     `limitedResources` with `matchScopes` on PriorityClass: a pod of such a class is refused with 403 in a namespace
-    without a ResourceQuota whose `scopeSelector` matches the class), the top class `system` is refused to a tenant
-    until the admin lists it in the tenant's `priority_classes`; a manifest naming it is refused the same way."""
+    without a ResourceQuota whose `scopeSelector` matches the class), the classes that outrank other tenants'
+    jobs (`high`, `system`) are refused to a tenant until the admin lists them in the tenant's
+    `priority_classes`; a manifest naming one is refused the same way."""
     with tenant(server, admin, "prio") as prio:
-        r = prio.post("/v1/jobs", json={"command": ["true"], "gpus": 0, "priority_class": "system"})
-        assert r.status_code == 403, r.text
-        assert r.json() == {"detail": "tenant prio may not use priority class system; its classes: low, normal, high",
-                            "field": "priority_class"}
+        for name in ("high", "system"):
+            r = prio.post("/v1/jobs", json={"command": ["true"], "gpus": 0, "priority_class": name})
+            assert r.status_code == 403, r.text
+            assert r.json() == {"detail": f"tenant prio may not use priority class {name}; its classes: low, normal",
+                                "field": "priority_class"}
         pod = ("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\nspec:\n  priorityClassName: system\n  containers:\n"
                "  - {name: c, image: x, command: [\"true\"]}\n")
         r = prio.post("/v1/jobs", content=pod, headers={"Content-Type": "application/yaml"})
@@ -90,7 +92,7 @@ def test_a_tenant_may_not_use_the_top_priority_class_until_the_admin_allows_it(s
         r = admin.put("/v1/tenants/prio", json={"priority_classes": ["gold"]})
         assert r.status_code == 422 and r.json()["field"] == "priority_classes", r.text
         r = admin.put("/v1/tenants/prio", json={"priority_classes": None})
-        assert r.json()["priority_classes"] == ["low", "normal", "high"], "null: back to the server's default"
+        assert r.json()["priority_classes"] == ["low", "normal"], "null: back to the server's default"
 
 
 def test_a_job_of_1024_cpu_only_tasks_is_refused_and_running_tasks_are_held_to_the_cap(server: Server,
@@ -168,7 +170,7 @@ def test_a_new_tenant_has_the_servers_defaults(admin: httpx.Client) -> None:
     """`trimtab serve --tenant-max-pending-jobs 50` sets that limit for every tenant; the rest are built in."""
     r = admin.put("/v1/tenants/fresh", json={})
     assert r.status_code == 200, r.text
-    assert r.json() == {"name": "fresh", "quota_gpus": None, "priority_classes": ["low", "normal", "high"],
+    assert r.json() == {"name": "fresh", "quota_gpus": None, "priority_classes": ["low", "normal"],
                         "max_tasks_per_job": 256, "max_running_tasks": 512, "max_cpu_milli": None,
                         "max_mem_mib": None, "max_pending_jobs": 50}
 

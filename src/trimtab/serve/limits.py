@@ -21,9 +21,10 @@ from trimtab.serve.submission import PRIORITY_CLASSES, JobSpec
 from trimtab.units import parse_quantity
 
 # Kubernetes keeps its highest classes (system-cluster-critical, system-node-critical) to the namespaces that a
-# ResourceQuota allows them in; here the highest class is kept to the tenants the admin allows it for.
-TOP_PRIORITY = max(PRIORITY_CLASSES.values())
-DEFAULT_PRIORITY_CLASSES = tuple(name for name, value in PRIORITY_CLASSES.items() if value < TOP_PRIORITY)
+# ResourceQuota allows them in; here every class above `normal` (the ones that outrank, and so may preempt, other
+# tenants' jobs) is kept to the tenants the admin grants it to.
+DEFAULT_PRIORITY_CLASSES = tuple(name for name, value in PRIORITY_CLASSES.items()
+                                 if value <= PRIORITY_CLASSES["normal"])
 
 # A cap on what running jobs hold -> (the usage dimension the quota plugin counts it in (trimtab.usage.USAGE_DIMS),
 # the job's field it counts, per task)
@@ -69,14 +70,15 @@ class TenantLimits:
         data["priority_classes"] = list(self.priority_classes)
         return data
 
-    def refusal(self, spec: JobSpec, tenant: str) -> ServeError | None:
+    def refusal(self, spec: JobSpec, tenant: str, admin: bool = False) -> ServeError | None:
         """Why `tenant` may not submit `spec`, whatever runs now (None: it may): a priority class it may not use
-        (403, as Kubernetes refuses a pod whose PriorityClass no ResourceQuota of its namespace allows), more tasks
+        (403, as Kubernetes refuses a pod whose PriorityClass no ResourceQuota of its namespace allows; the admin,
+        who grants the classes, submits with any), more tasks
         than one job may have, more than a running cap allows in all (403: it could never start), or no CPU
         (memory) request while CPU (memory) is capped (422: as Kubernetes asks of pods in a namespace whose quota
         counts them, so the cap cannot be dodged)."""
         wanted = spec.priority_class or "normal"
-        if wanted not in self.priority_classes:
+        if wanted not in self.priority_classes and not admin:
             allowed = ", ".join(self.priority_classes) or "none"
             return ServeError(403, f"tenant {tenant} may not use priority class {wanted}; its classes: {allowed}",
                               "priority_class")

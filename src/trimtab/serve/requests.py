@@ -106,7 +106,7 @@ class Requests:
         if problem:
             raise ServeError(422, problem, "workdir")
         limits = self.limits[tenant]
-        refused = limits.refusal(spec, tenant)
+        refused = limits.refusal(spec, tenant, who.admin)
         if refused is not None:
             raise refused
         self._check_fits(spec)
