@@ -1,6 +1,7 @@
 """Gangs from the workloads users submit, against a fake API (no cluster): the pods of a batch/v1 Job bind whole
 or not at all, sized as the Job controller keeps them running; a PodGroup the pods name comes first; an
-annotation opts a Job out. The same on a real control plane, with and without the PodGroup CRDs:
+annotation opts a Job out; the upstream PodGroup a pod's `spec.schedulingGroup` names is a gang of its minCount,
+ahead of the pod's Job. The same on a real control plane, with and without the PodGroup CRDs:
 test_kube_stock.py."""
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from trimtab.profile import Profile
 
 
 def cycle(nodes: list[dict[str, Any]], pods: list[dict[str, Any]], jobs: list[dict[str, Any]],
-          groups: list[dict[str, Any]] = ()) -> FakeApi:
+          groups: list[dict[str, Any]] = (), upstream: list[dict[str, Any]] = ()) -> FakeApi:
     api = FakeApi()
     sched = KubeScheduler(api, Profile.load("fifo"))  # type: ignore[arg-type]
-    for name, items in (("nodes", nodes), ("pods", pods), ("jobs", jobs), ("podgroups", list(groups))):
+    for name, items in (("nodes", nodes), ("pods", pods), ("jobs", jobs), ("podgroups", list(groups)),
+                        ("workloadpodgroups", list(upstream))):
         sched.informers[name].load(items)
     sched.cycle(1e9)
     return api
@@ -75,3 +77,34 @@ def test_the_gang_is_what_the_job_controller_keeps_running(parallelism: int | No
     spec = {"parallelism": parallelism, "completions": completions}
     assert job_gang_size(spec, succeeded) == size
     assert job_gang_size(spec, succeeded, suspended=True) == 0
+
+
+def upstream_group(name: str, min_count: int | None) -> dict[str, Any]:
+    """A `scheduling.k8s.io/v1beta1` PodGroup: the gang policy of `min_count`, or the basic policy for None."""
+    policy = {"basic": {}} if min_count is None else {"gang": {"minCount": min_count}}
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": "default", "uid": f"wpg-{name}", "resourceVersion": "1"},
+            "spec": {"schedulingPolicy": policy}}
+
+
+def member(name: str, gpus: int, group: str, job: str | None = None,
+           created: str = "2026-12-01T10:00:00Z") -> dict[str, Any]:
+    return gpu_pod(name, gpus, job=job, created=created, schedulingGroup={"podGroupName": group})
+
+
+def test_an_upstream_podgroup_is_a_gang_of_its_min_count_ahead_of_the_pods_job() -> None:
+    pods = [member(f"w{i}", 4, "wl", job="train") for i in range(3)] + [
+        member(f"h{i}", 8, "huge", created="2026-12-01T10:00:09Z") for i in range(3)]
+    api = cycle([gpu_node("n1"), gpu_node("n2")], pods, [batch_job("train", 3)],
+                upstream=[upstream_group("wl", 2), upstream_group("huge", 3)])
+    assert sorted(api.bound) == ["default/w0", "default/w1"]  # minCount 2, not the Job's 3
+    assert api.unschedulable["default/w2"].startswith("waiting for its gang default/wl to start")  # a follower
+    assert api.unschedulable["default/h0"].startswith("waiting for room for the gang's 3 members")
+
+
+def test_an_upstream_podgroup_of_the_basic_policy_is_no_gang_and_one_not_read_yet_is_waited_for() -> None:
+    api = cycle([gpu_node("n1")], [member(f"b{i}", 4, "basic") for i in range(3)], [],
+                upstream=[upstream_group("basic", None)])
+    assert len(api.bound) == 2
+    api = cycle([gpu_node("n1")], [member(f"l{i}", 4, "later") for i in range(2)], [])
+    assert api.bound == {} and api.unschedulable == {}

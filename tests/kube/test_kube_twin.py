@@ -23,7 +23,7 @@ SNAPSHOT_S = 1_796_119_230.0  # 2026-12-01T10:00:30Z: 30 s after kube_objects' p
 def objects(nodes: list[dict[str, Any]], pods: list[dict[str, Any]],
             groups: list[dict[str, Any]] = ()) -> dict[str, list[dict[str, Any]]]:
     return {"nodes": nodes, "pods": pods, "podgroups": list(groups), "volcanopodgroups": [], "priorityclasses": [],
-            "namespaces": [], "resourcequotas": [], "jobs": []}
+            "namespaces": [], "resourcequotas": [], "jobs": [], "workloadpodgroups": []}
 
 
 def test_running_pods_stay_on_their_nodes_and_the_pending_work_follows_in_order() -> None:

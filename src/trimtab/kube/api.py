@@ -44,6 +44,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("namespaces", Namespace, "v1", "Namespace", False),
     Kind("resourcequotas", ResourceQuota, "v1", "ResourceQuota", True),
     Kind("jobs", Job, "batch/v1", "Job", True),
+    Kind("workloadpodgroups", create_namespaced_resource("scheduling.k8s.io", "v1beta1", "PodGroup", "podgroups"),
+         "scheduling.k8s.io/v1beta1", "PodGroup", True),
     Kind("podgroups", create_namespaced_resource("scheduling.x-k8s.io", "v1alpha1", "PodGroup", "podgroups"),
          "scheduling.x-k8s.io/v1alpha1", "PodGroup", True),
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",

@@ -179,7 +179,8 @@ class KubeScheduler:
         self._expire_assumed(now_s)
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
-                                {k: node for k, (node, _) in self._assumed.items()}, now_s, items["jobs"])
+                                {k: node for k, (node, _) in self._assumed.items()}, now_s,
+                                items["jobs"] + items["workloadpodgroups"])
         self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started

@@ -20,7 +20,7 @@ from typing import Any
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
-from trimtab.kube.owners import job_groups, owner_group
+from trimtab.kube.owners import owner_group, owner_groups
 from trimtab.model import Job, Node, Resources
 
 Obj = dict[str, Any]
@@ -129,7 +129,7 @@ class SnapshotReader:
 
     def __init__(self, scheduler_name: str | None) -> None:
         self._gangs: set[tuple[str, str]] = set()  # (namespace, name) of every gang this snapshot knows
-        self._jobs_read: set[tuple[str, str]] = set()  # (namespace, name) of every Job read
+        self._owners_read: set[tuple[str, str]] = set()  # (namespace, name) of every owner read (owners.py)
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
@@ -145,17 +145,18 @@ class SnapshotReader:
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float,
-             jobs: Iterable[Obj] = ()) -> Snapshot:
+             owners: Iterable[Obj] = ()) -> Snapshot:
         """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet;
-        `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now; `jobs`
-        the batch/v1 Jobs, whose pods form a gang each (owners.py; a PodGroup of the Job's name is that gang)."""
+        `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now;
+        `owners` the batch/v1 Jobs and upstream PodGroups, whose pods form a gang each (owners.py; a PodGroup of
+        `groups` of the same name is that gang)."""
         out = Snapshot()
-        jobs = list(jobs)
+        owners = list(owners)
         groups = list(groups)
         named = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
-        groups += [g for g in job_groups(jobs) if (g["metadata"]["namespace"], g["metadata"]["name"]) not in named]
+        groups += [g for g in owner_groups(owners) if (g["metadata"]["namespace"], g["metadata"]["name"]) not in named]
         self._gangs = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
-        self._jobs_read = {(j["metadata"]["namespace"], j["metadata"]["name"]) for j in jobs}
+        self._owners_read = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in owners}
         for doc in quotas:
             try:
                 out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas
@@ -191,7 +192,7 @@ class SnapshotReader:
             self._facts[id(pod)] = facts
             uid, key, phase, node, deleting, ours, group, started, owned = facts[1]
             if owned and group not in self._gangs:
-                group = None  # a Job opted out of gangs (or not read yet): its pods are on their own
+                group = None  # an owner that makes no gang (or not read yet): its pods are on their own
             node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
                 if phase == "Succeeded" and uid in self._holding_jobs:
@@ -283,8 +284,8 @@ class SnapshotReader:
 
     def _read_pending(self, out: Snapshot, mine: list[Obj], groups: list[Obj], classes: list[PriorityClass],
                       namespaces: Mapping[str, Obj], bound_in_group: Mapping[tuple[str, str], int]) -> None:
-        """Read each pending unit (a pod alone, or the pending pods of one gang with it) into `out`. The pods of a
-        Job not read yet wait for it: read alone, they could be bound in part."""
+        """Read each pending unit (a pod alone, or the pending pods of one gang with it) into `out`. The pods of an
+        owner not read yet wait for it: read alone, they could be bound in part."""
         group_docs = {(g["metadata"]["namespace"], g["metadata"]["name"]): g for g in groups}
         units: dict[tuple[str, str], list[Obj]] = {}
         owned: set[str] = set()  # pods in a gang of their owner's, which the reader learns of through the label
@@ -295,7 +296,7 @@ class SnapshotReader:
                 if (ns, owner) in group_docs:
                     group = owner
                     owned.add(pod_key(pod))
-                elif (ns, owner) not in self._jobs_read:
+                elif (ns, owner) not in self._owners_read:
                     continue
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))

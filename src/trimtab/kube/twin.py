@@ -65,7 +65,7 @@ def cluster_twin(objects: dict[str, list[Obj]], now_s: float, pod_duration_s: fl
     snap = SnapshotReader(None).read(objects["nodes"], objects["pods"],
                                      objects["podgroups"] + objects["volcanopodgroups"], objects["priorityclasses"],
                                      objects["namespaces"], objects["resourcequotas"], {}, now_s,
-                                     objects["jobs"])
+                                     objects["jobs"] + objects["workloadpodgroups"])
     pods_by_uid = {pod["metadata"]["uid"]: pod for pod in objects["pods"]}
     jobs: list[Job] = []
     for job, node, start_s in snap.holding:
