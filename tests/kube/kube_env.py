@@ -147,9 +147,12 @@ class KubeEnv:
     its log on failure); `stop()` ends every process it started, by pid. `kubeconfig` is an admin kubeconfig
     (token auth, the apiserver's self-signed certificate not verified: loopback only)."""
 
-    def __init__(self, workdir: Path, *, scheduler: bool = False, crds: bool = True) -> None:
+    def __init__(self, workdir: Path, *, scheduler: bool = False, crds: bool = True,
+                 feature_gates: Sequence[str] = (), runtime_config: Sequence[str] = ()) -> None:
         self.dir = workdir
         self.crds = crds  # whether the PodGroup CRDs are (to be) installed; a stock cluster has none
+        # `--feature-gates` of the API server and controller-manager, `--runtime-config` of the API server
+        self.feature_gates, self.runtime_config = list(feature_gates), list(runtime_config)
         self.bin = bin_dir()
         self.with_scheduler = scheduler
         self.token = secrets.token_hex(16)
@@ -189,14 +192,15 @@ class KubeEnv:
             "--service-account-issuer", "https://kubernetes.default.svc",
             "--service-account-key-file", str(self.dir / "sa.pub"),
             "--service-account-signing-key-file", str(self.dir / "sa.key"),
-            "--max-requests-inflight", "2000", "--max-mutating-requests-inflight", "1000"])
+            "--max-requests-inflight", "2000", "--max-mutating-requests-inflight", "1000", *self._gates(),
+            *(["--runtime-config", ",".join(self.runtime_config)] if self.runtime_config else [])])
         self._wait_ready(timeout_s)
         self._spawn("kube-controller-manager", [
             "--kubeconfig", str(self.kubeconfig), "--bind-address", "127.0.0.1", "--secure-port", "0",
             "--leader-elect=false", "--use-service-account-credentials=false",
             "--service-account-private-key-file", str(self.dir / "sa.key"),
             "--kube-api-qps", "1000", "--kube-api-burst", "2000",
-            "--node-monitor-grace-period", "20s", "--node-monitor-period", "2s"])
+            "--node-monitor-grace-period", "20s", "--node-monitor-period", "2s", *self._gates()])
         stages = self.dir / "kwok-stages.yaml"
         stages.write_text(_STAGES)
         self._spawn("kwok", [
@@ -209,6 +213,10 @@ class KubeEnv:
                 "--leader-elect=false", "--kube-api-qps", "1000", "--kube-api-burst", "2000"])
         self._write_pids()
         return self
+
+    def _gates(self) -> list[str]:
+        return ["--feature-gates", ",".join(f"{gate}=true" for gate in self.feature_gates)] if self.feature_gates \
+            else []
 
     def stop(self) -> None:
         """Ends every process it started, newest first: SIGTERM, then SIGKILL after 10 s."""
