@@ -61,7 +61,8 @@ PodDurationOpt = Annotated[float, typer.Option(
 
 
 def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], list[Job]]:
-    """The cluster's nodes and the workload's jobs from their command-line specs."""
+    """The cluster's nodes and the workload's jobs from their command-line specs; what the trace reader skipped
+    is printed on stderr."""
     from trimtab.formats.cluster import load_cluster
     from trimtab.formats.traces import load_trace
     from trimtab.sim.workload import parse_workload_spec, synthetic
@@ -71,7 +72,10 @@ def load_inputs(cluster: str, workload: str, seed: int) -> tuple[list[Node], lis
         params: dict[str, Any] = {"seed": seed, "cluster_gpus": sum(n.capacity.gpus for n in nodes)}
         params.update(parse_workload_spec(workload))
         return nodes, synthetic(**params)
-    return nodes, load_trace(workload)
+    notes: list[str] = []
+    jobs = load_trace(workload, notes=notes)
+    _warn(notes)
+    return nodes, jobs
 
 
 def load_inputs_with_manifests(cluster: str, workload: str, manifests: Path | None,

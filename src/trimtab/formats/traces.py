@@ -4,17 +4,15 @@ Owns format detection and the mapping of each format's columns onto Job; see doc
 
 from __future__ import annotations
 
-import ast
 import csv
 import datetime as dt
 import gc
-import json
-import math
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from trimtab.formats import FormatError, _CsvTable, _open_text, _parse_int, _parse_seconds
+from trimtab.formats.gavel import LAYOUTS, read_gavel, split_options
 from trimtab.model import Job, Resources
 
 TRACE_FORMATS: tuple[str, ...] = ("tiresias", "philly", "gavel", "csv")
@@ -36,18 +34,21 @@ def load_trace(
     *,
     gavel_throughputs: str | Path | None = None,
     gavel_reference_gpu: str = "v100",
+    notes: list[str] | None = None,
 ) -> list[Job]:
     """Read a job trace and return its jobs sorted by (submit_s, row order), the first submission at 0.0.
 
     `spec` is a path, optionally prefixed by its format: "tiresias:", "philly:", "gavel:" or "csv:". Without a
-    prefix the format is detected: a `.trace` suffix or a first line of 9 to 11 tab-separated fields is Gavel;
+    prefix the format is detected: a `.trace` suffix or a first line of 7 or 9 to 11 tab-separated fields is
+    Gavel;
     otherwise the CSV header decides (id,submit_s -> csv; timestamp,num_gpus -> philly; job_id,num_gpu ->
     tiresias). A trace job of G GPUs becomes `Job(tasks=G, task=Resources(gpus=1))`; only trimtab's own CSV
     states tasks and per-task GPUs separately.
 
     Gavel traces give steps, not seconds: duration_s = total_steps / the job type's throughput (steps/s) alone on
     `gavel_reference_gpu`, from `gavel_throughputs` (default: simulation_throughputs.json beside the trace or two
-    folders up, where Gavel keeps it).
+    folders up, where Gavel keeps it); the spec's options (`gavel:PATH,throughputs=FILE,gpu=k80,missing=error`,
+    formats/gavel.py) override both. Rows a reader skips are said in `notes`.
 
     Raises FormatError naming the file, the line and the field for any row that cannot become a Job (bad number, no
     GPUs, duplicate id, unknown job type), for a missing file and for an unknown format."""
@@ -61,6 +62,9 @@ def load_trace(
 
         return load_pollux(text.removeprefix("pollux:"))
     fmt, path_text = _split_format(text)
+    options: dict[str, str] = {}
+    if fmt == "gavel":
+        path_text, options = split_options(path_text)
     path = Path(path_text)
     if fmt is None:
         fmt = _detect_format(path, path_text)
@@ -70,7 +74,8 @@ def load_trace(
     gc.disable()
     try:
         if fmt == "gavel":
-            drafts = _read_gavel(path, path_text, gavel_throughputs, gavel_reference_gpu)
+            drafts = read_gavel(path, path_text, options.get("throughputs", gavel_throughputs),
+                                options.get("gpu", gavel_reference_gpu), options.get("missing") == "error", notes)
         else:
             with _open_text(path, path_text) as stream:
                 if fmt == "tiresias":
@@ -115,7 +120,7 @@ def _detect_format(path: Path, source: str) -> str:
     """The format of an existing trace file, from its suffix and first line."""
     with _open_text(path, source) as stream:
         first = stream.readline()
-    if path.suffix == ".trace" or 9 <= first.count("\t") + 1 <= 11:
+    if path.suffix == ".trace" or first.count("\t") + 1 in LAYOUTS:
         return "gavel"
     header = {name.strip() for name in first.rstrip("\r\n").split(",")}
     if {"id", "submit_s"} <= header:
@@ -242,108 +247,6 @@ def _philly_seconds(stamp: str, day_start_s: dict[str, int]) -> float | None:
         midnight = dt.datetime.combine(moment.date(), dt.time(), dt.UTC)
         day_start_s.setdefault(stamp[:10], int(midnight.timestamp()))
     return moment.timestamp()
-
-
-# --- Gavel --------------------------------------------------------------------------------------------------
-
-# Gavel's utils.parse_trace: tab-separated, no header. The 10-field layout is the one in the Gavel repo's
-# physical_cluster traces; 9 fields is the older layout without working_directory; 11 adds a `mode` after
-# scale_factor (a fork's layout, accepted and ignored).
-_GAVEL_LAYOUTS: dict[int, tuple[int, int, int]] = {9: (4, 5, 8), 10: (5, 6, 9), 11: (5, 6, 10)}
-_GAVEL_COLUMNS = (
-    "job_type, command, working_directory, num_steps_arg, needs_data_dir, total_steps, scale_factor, "
-    "priority_weight, SLO, arrival_time"
-)
-
-
-def _read_gavel(path: Path, source: str, throughputs: str | Path | None, reference_gpu: str) -> list[_Draft]:
-    """A Gavel .trace: one job per line; id = 0-based line index, tasks = scale_factor (GPUs),
-    job_type = Gavel's job type, duration_s = total_steps / throughput of (job_type, scale_factor) on
-    `reference_gpu`. priority_weight and SLO have no counterpart in Job and are dropped."""
-    with _open_text(path, source) as stream:
-        lines = stream.read().splitlines()
-    table_path = _gavel_table_path(path, source, throughputs)
-    steps_per_s = _gavel_throughputs(table_path, reference_gpu)
-    drafts: list[_Draft] = []
-    for line, text in enumerate(lines, start=1):
-        if not text.strip():
-            continue
-        parts = text.split("\t")
-        layout = _GAVEL_LAYOUTS.get(len(parts))
-        if layout is None:
-            raise FormatError(
-                source,
-                f"expected 10 tab-separated fields ({_GAVEL_COLUMNS}), got {len(parts)}",
-                line=line,
-            )
-        i_steps, i_scale, i_arrival = layout
-        job_type = parts[0].strip()
-        total_steps = _parse_int(parts[i_steps], source, line, "total_steps", 1)
-        scale = _parse_int(parts[i_scale], source, line, "scale_factor", 1)
-        rate = steps_per_s.get((job_type, scale))
-        if rate is None:
-            raise FormatError(
-                source,
-                f"no throughput for job type {job_type!r} at scale_factor {scale} on {reference_gpu} in {table_path}",
-                line=line,
-                field="job_type",
-            )
-        fields: dict[str, Any] = {
-            "id": str(len(drafts)),
-            "tasks": scale,
-            "task": _ONE_GPU,
-            "duration_s": total_steps / rate,
-            "job_type": job_type,
-        }
-        drafts.append((_parse_seconds(parts[i_arrival], source, line, "arrival_time"), line, fields))
-    return drafts
-
-
-def _gavel_table_path(trace: Path, source: str, given: str | Path | None) -> Path:
-    """The throughput table to use: `given`, else simulation_throughputs.json beside the trace or two folders
-    up (Gavel keeps traces in scheduler/traces/<set>/ and the table in scheduler/)."""
-    if given is not None:
-        return Path(given)
-    name = "simulation_throughputs.json"
-    folder = trace.resolve().parent
-    candidates = list(dict.fromkeys([folder / name, folder.parent.parent / name]))
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise FormatError(
-        source,
-        "a Gavel trace gives steps, not seconds, and needs Gavel's simulation_throughputs.json to convert them; "
-        f"none at {' or '.join(str(c) for c in candidates)}; pass gavel_throughputs=PATH",
-    )
-
-
-def _gavel_throughputs(table_path: Path, reference_gpu: str) -> dict[tuple[str, int], float]:
-    """{(job_type, scale_factor): steps/s alone on `reference_gpu`} from Gavel's throughput table, whose shape is
-    {gpu: {"('<job type>', <scale factor>)": {"null": steps/s alone, "<other job>": [shared rates]}}}."""
-    source = str(table_path)
-    try:
-        table = json.loads(table_path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise FormatError(source, "no such file (the Gavel throughput table)") from None
-    except (OSError, ValueError) as exc:
-        raise FormatError(source, f"not a readable JSON file: {exc}") from None
-    if not isinstance(table, dict) or not isinstance(table.get(reference_gpu), dict):
-        known = ", ".join(sorted(table)) if isinstance(table, dict) else "none"
-        raise FormatError(source, f"no GPU type {reference_gpu!r}; the table has: {known}", field=reference_gpu)
-    rates: dict[tuple[str, int], float] = {}
-    for key, entry in table[reference_gpu].items():
-        try:
-            job_type, scale = ast.literal_eval(key)
-            rate = float(entry["null"])
-        except (ValueError, SyntaxError, TypeError, KeyError):
-            raise FormatError(
-                source,
-                'expected a key "(\'<job type>\', <scale>)" with a "null" (alone) throughput',
-                field=f"{reference_gpu}.{key}",
-            ) from None
-        if math.isfinite(rate) and rate > 0:  # a 0 rate means "does not run there": left out, reported per job
-            rates[(str(job_type), int(scale))] = rate
-    return rates
 
 
 # --- trimtab's CSV ------------------------------------------------------------------------------------------
