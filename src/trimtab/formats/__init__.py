@@ -48,13 +48,17 @@ class YamlLimits:
     """What loading one YAML text may cost. Each bound is checked while the text is parsed, before any value is
     built, so a text over a bound costs no more than reading up to it.
 
-    `max_bytes` of text (characters), `max_documents` documents, `max_depth` nested mappings and sequences,
-    `max_number_digits` characters in one integer (Python's int() of thousands of digits is slow, then refused).
+    `max_bytes` of text (characters), `max_documents` documents, `max_nodes` values in all and
+    `max_document_nodes` in one document (scalars, mappings, sequences: what building them costs), `max_depth`
+    nested mappings and sequences, `max_number_digits` characters in one integer (Python's int() of thousands of
+    digits is slow, then refused).
     `aliases`: whether `*name` may repeat an anchored value; a few bytes of nested aliases stand for billions of
     values, so text from the network (the serve API) is read without them."""
 
     max_bytes: int = 1 << 30
     max_documents: int = 10_000_000
+    max_nodes: int = 1 << 40
+    max_document_nodes: int = 1 << 40
     max_depth: int = 100
     max_number_digits: int = 100
     aliases: bool = True
@@ -98,13 +102,19 @@ def yaml_document(text: str, source: str, limits: YamlLimits = FILE_YAML) -> Any
 def _check_events(text: str, source: str, limits: YamlLimits) -> None:
     """Walk the parser's events once (no values built) and refuse the first thing over a bound."""
     loader = yaml.CSafeLoader(text)
-    depth, documents = 0, 0
+    depth, documents, nodes, in_document = 0, 0, 0, 0
     try:
         while loader.check_event():
             event = loader.get_event()
             line = event.start_mark.line + 1
+            if isinstance(event, yaml.NodeEvent):
+                nodes, in_document = nodes + 1, in_document + 1
+                if nodes > limits.max_nodes or in_document > limits.max_document_nodes:
+                    over = f"{limits.max_nodes} YAML values in all" if nodes > limits.max_nodes else \
+                        f"{limits.max_document_nodes} YAML values in one document"
+                    raise FormatError(source, f"more than {over} (the limit), in document {documents}", line=line)
             if isinstance(event, yaml.DocumentStartEvent):
-                documents += 1
+                documents, in_document = documents + 1, 0
                 if documents > limits.max_documents:
                     raise FormatError(source, f"more than {limits.max_documents} YAML documents (the limit)",
                                       line=line)

@@ -29,7 +29,7 @@ from starlette.staticfiles import StaticFiles
 from trimtab.serve.daemon import Daemon, ServeConfig
 from trimtab.serve.dashboard import DASHBOARD_HTML
 from trimtab.serve.errors import ServeError
-from trimtab.serve.guards import BodyLimit, SecurityHeaders, page_csp
+from trimtab.serve.guards import BodyLimit, ParseGate, SecurityHeaders, page_csp
 from trimtab.serve.metrics import ServeMetrics
 from trimtab.serve.requests import Principal
 from trimtab.serve.store import JobRow, RunRow, TenantRow, digest_of
@@ -143,7 +143,9 @@ def _error(detail: str, field: str) -> dict[str, str]:
 
 
 def _add_submit(app: FastAPI, daemon: Daemon) -> None:
-    """POST /v1/jobs: a JSON job or a Kubernetes manifest, accepted by the daemon."""
+    """POST /v1/jobs: a JSON job or a Kubernetes manifest, accepted by the daemon (one manifest read at a time per
+    tenant)."""
+    parses = ParseGate()
 
     submit_body = {"requestBody": {"required": True, "content": {
         "application/json": {"schema": JobSpec.model_json_schema(ref_template="#/components/schemas/{model}")},
@@ -162,7 +164,11 @@ def _add_submit(app: FastAPI, daemon: Daemon) -> None:
 
     def accept(body: bytes, content_type: str, who: Principal) -> tuple[dict[str, Any], bool]:
         try:
-            spec = parse_body(body, content_type)
+            if "yaml" in content_type.lower():
+                with parses.enter(who.tenant or "the admin"):
+                    spec = parse_body(body, content_type)
+            else:
+                spec = parse_body(body, content_type)
         except SubmissionError as exc:
             raise ServeError(exc.status, exc.message, exc.field) from None
         job_id, created = daemon.requests.submit(spec, who)

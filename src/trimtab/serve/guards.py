@@ -3,7 +3,8 @@
 Owns the bounds on the wire (each refusal a 4xx whose body names the bound and its flag): the request head
 (`BoundedH11`: its size, and the time to send it), the request body (`BodyLimit`: its size, and the time to send
 it), and `SecurityHeaders` (CSP, frame, sniffing and referrer headers). What the body may hold once read (nesting,
-documents, numbers) is bounded where it is parsed, in trimtab.serve.submission."""
+documents, numbers) is bounded where it is parsed, in trimtab.serve.submission; `ParseGate` lets each tenant have
+one manifest parsed at a time."""
 
 from __future__ import annotations
 
@@ -12,10 +13,15 @@ import base64
 import hashlib
 import json
 import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import h11
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from trimtab.serve.errors import ServeError
 
 # JSON and other non-HTML answers: nothing may be loaded, run or framed on their account.
 API_CSP = "default-src 'none'; frame-ancestors 'none'"
@@ -187,3 +193,26 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class ParseGate:
+    """At most one manifest parsed at a time per tenant (the admin counts as one), so a tenant sending many large
+    manifests at once holds one parsing thread, not all of them: `with gate.enter(who):` raises ServeError 429
+    while that tenant has a parse in flight."""
+
+    def __init__(self) -> None:
+        self._busy: set[str] = set()
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def enter(self, who: str) -> Iterator[None]:
+        with self._lock:
+            if who in self._busy:
+                raise ServeError(429, f"{who} has a manifest being read already: one at a time per tenant (send "
+                                 "it again once that one is answered)")
+            self._busy.add(who)
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._busy.discard(who)

@@ -32,9 +32,12 @@ _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 MAX_JSON_DEPTH = 32  # a job is 3 levels deep; json.loads recurses once per level
 MAX_NUMBER_DIGITS = 30  # int() of a few thousand digits is slow, then refused by Python itself
 EXCERPT_CHARS = 200
-# A submission is one workload: at most a PodGroup with MAX_TASKS pods, and PriorityClasses beside it. Aliases are
-# refused: nested ones expand a few hundred bytes into billions of values.
-SUBMISSION_YAML = YamlLimits(max_bytes=16 << 20, max_documents=MAX_TASKS + 64, max_depth=MAX_JSON_DEPTH,
+# A submission is one workload: at most a PodGroup with MAX_TASKS pods, and PriorityClasses beside it (a Pod with
+# its containers is well under 100 values; a Volcano Job of many tasks, a few thousand). Aliases are refused:
+# nested ones expand a few hundred bytes into billions of values. Values are counted before any is built: 500,000
+# scalars in one flow sequence took 3.5 s and a few hundred MiB to build.
+SUBMISSION_YAML = YamlLimits(max_bytes=16 << 20, max_documents=MAX_TASKS + 64, max_nodes=100_000,
+                             max_document_nodes=5_000, max_depth=MAX_JSON_DEPTH,
                              max_number_digits=MAX_NUMBER_DIGITS, aliases=False)
 
 
