@@ -520,3 +520,26 @@ def test_a_gang_split_over_two_nodes_loses_one_and_stops_the_other_task(world: W
     assert (row.state, row.attempts, row.failures) == ("running", 2, 0)
     world.run(d, 11)
     assert (world.job(jid).state, world.job(jid).failures) == ("completed", 0)
+
+
+def test_a_tenants_logs_are_held_to_its_total_and_each_task_to_its_cap(world: World) -> None:
+    """Each task is told its tenant's max_task_log_bytes; at a launch, once logs total more than the tenant's
+    max_log_bytes, the logs of its oldest finished jobs are removed (the running job's stays), and another
+    tenant's are not touched."""
+    d = world.daemon()
+    d.requests.set_limits("t", {"max_task_log_bytes": 500, "max_log_bytes": 2500})
+    jobs = []
+    for tenant in ("t", "t", "other", "t", "t"):
+        jobs.append(d.requests.submit(spec("sleep 10", tenant=tenant), ADMIN)[0])
+        world.run(d, 1)
+        task = world.fake.launched[-1]
+        assert task.log_max_bytes == (500 if tenant == "t" else 1 << 30)
+        task.log_path.parent.mkdir(parents=True, exist_ok=True)
+        task.log_path.write_bytes(b"x" * 1000)
+        if len(jobs) < 5:
+            world.fake.end(task.run_id, 0)
+        world.run(d, 61)  # past the launcher's TRIM_EVERY_S
+    paths = {job: Path(world.runs(job)[0].log_path) for job in jobs}
+    # at the last launch t had 3,000 bytes of logs: its oldest finished job's went, and t is within 2,500 again
+    assert [paths[j].exists() for j in jobs] == [False, True, True, True, True]
+    assert world.job(jobs[0]).state == "completed"

@@ -8,6 +8,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from trimtab.serve.executors.base import Adoption, TaskExit, TaskLaunch
@@ -159,3 +160,23 @@ def test_validate_names_a_missing_command() -> None:
     assert ex.validate(("sh",)) is None
     assert "not found" in (ex.validate(("no-such-program-xyz",)) or "")
     assert "not an executable" in (ex.validate((os.devnull + "/x",)) or "")
+
+
+def test_a_log_keeps_its_first_bytes_then_says_it_was_cut_and_the_task_never_blocks(tmp_path: Path) -> None:
+    """2 MB of output (more than a pipe holds) with a cap of 1,000 bytes: the log keeps the first 1,000 and one
+    line saying it was cut, the task runs to its end and its exit code is kept; its stderr is in the same log."""
+    ex = LocalExecutor()
+    script = "echo first >&2; head -c 2000000 /dev/zero | tr '\\0' x; echo; echo last; exit 4"
+    task = replace(launch_of(tmp_path, "1.1.0", ["sh", "-c", script]), log_max_bytes=1000)
+    ex.launch(task)
+    [done] = wait_exits(ex, 1)
+    assert done == TaskExit("1.1.0", 4)
+    text = task.log_path.read_text()
+    kept, cut = text.split("\ntrimtab: ")
+    assert kept == "first\n" + "x" * (1000 - len("first\n"))
+    assert cut == "log cut at 1000 bytes (max_task_log_bytes); the rest is dropped\n"
+    assert "last" not in text
+    uncapped = launch_of(tmp_path, "2.1.0", ["sh", "-c", "head -c 70000 /dev/zero | tr '\\0' y"])
+    ex.launch(uncapped)
+    wait_exits(ex, 1)
+    assert uncapped.log_path.read_text() == "y" * 70000

@@ -28,7 +28,8 @@ nodes:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("limits")
     (root / "cluster.yaml").write_text(CLUSTER)
-    server = Server(root / "data", "--cluster", str(root / "cluster.yaml"), "--tenant-max-pending-jobs", "50").start()
+    server = Server(root / "data", "--cluster", str(root / "cluster.yaml"), "--tenant-max-pending-jobs", "50",
+                    "--tenant-max-task-log", "64Mi").start()
     yield server
     with server.client() as admin:  # no task outlives the module
         for job in admin.get("/v1/jobs", params={"limit": 10000}).json()["jobs"]:
@@ -167,12 +168,14 @@ def test_a_tenant_at_its_pending_job_cap_is_refused_with_429(server: Server, adm
 
 
 def test_a_new_tenant_has_the_servers_defaults(admin: httpx.Client) -> None:
-    """`trimtab serve --tenant-max-pending-jobs 50` sets that limit for every tenant; the rest are built in."""
+    """`trimtab serve --tenant-max-pending-jobs 50 --tenant-max-task-log 64Mi` sets those limits for every tenant;
+    the rest are built in."""
     r = admin.put("/v1/tenants/fresh", json={})
     assert r.status_code == 200, r.text
     assert r.json() == {"name": "fresh", "quota_gpus": None, "priority_classes": ["low", "normal"],
                         "max_tasks_per_job": 256, "max_running_tasks": 512, "max_cpu_milli": None,
-                        "max_mem_mib": None, "max_pending_jobs": 50}
+                        "max_mem_mib": None, "max_pending_jobs": 50, "max_task_log_bytes": 64 << 20,
+                        "max_log_bytes": 20 << 30}
 
 
 @pytest.mark.parametrize(("spec", "detail"), [

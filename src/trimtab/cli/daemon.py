@@ -30,7 +30,7 @@ RayNodeIpOpt = Annotated[str | None, typer.Option(
     help="Address of the Ray node on this machine the server joins through (backend ray; needed only where several "
          "raylets share this machine: choose one you do not expect to lose).")]
 PriorityClassesOpt = Annotated[str | None, typer.Option(
-    help="Priority classes a tenant may use unless the admin allows others [default: low,normal,high].")]
+    help="Priority classes a tenant may use unless the admin allows others [default: low,normal].")]
 TasksPerJobOpt = Annotated[int | None, typer.Option(help="Tasks one job may have; 0: no limit [default: 256].")]
 RunningTasksOpt = Annotated[int | None, typer.Option(
     help="Tasks a tenant's running jobs may hold; 0: no limit [default: 512].")]
@@ -40,6 +40,12 @@ MemoryOpt = Annotated[str | None, typer.Option(
     help="Memory a tenant's running jobs may request, e.g. 256Gi [default: none].")]
 PendingJobsOpt = Annotated[int | None, typer.Option(
     help="Pending jobs a tenant may have; 0: no limit [default: 1000].")]
+TaskLogOpt = Annotated[str | None, typer.Option(
+    help="What one task's log keeps of its output, e.g. 100Mi, then a line saying it was cut; none: all [default: "
+         "1Gi].")]
+LogsOpt = Annotated[str | None, typer.Option(
+    help="A tenant's logs on disk, e.g. 50Gi: beyond it the logs of its oldest finished jobs are removed; none: no "
+         "limit [default: 20Gi].")]
 BodyBytesOpt = Annotated[int, typer.Option(min=1, help="Largest request body (413 beyond).")]
 BodyTimeoutOpt = Annotated[float, typer.Option(
     "--body-timeout-s", min=0.1, help="Time to send a whole request body (408 beyond).")]
@@ -67,6 +73,7 @@ def serve_cmd(
     tenant_priority_classes: PriorityClassesOpt = None, tenant_max_tasks_per_job: TasksPerJobOpt = None,
     tenant_max_running_tasks: RunningTasksOpt = None, tenant_max_cpu: CpuOpt = None,
     tenant_max_memory: MemoryOpt = None, tenant_max_pending_jobs: PendingJobsOpt = None,
+    tenant_max_task_log: TaskLogOpt = None, tenant_max_logs: LogsOpt = None,
     max_body_bytes: BodyBytesOpt = 1 << 20, body_timeout_s: BodyTimeoutOpt = 5.0,
     max_header_bytes: HeaderBytesOpt = 16 << 10, header_timeout_s: HeaderTimeoutOpt = 5.0,
     keepalive_timeout_s: KeepaliveOpt = 5, metrics_public: MetricsPublicOpt = False,
@@ -84,7 +91,8 @@ def serve_cmd(
         fail("--tenant-user goes with --backend local: Ray tasks run as the Ray workers' user", 2, errors)
     try:
         limits = limits_of_flags(tenant_priority_classes, tenant_max_tasks_per_job, tenant_max_running_tasks,
-                                 tenant_max_cpu, tenant_max_memory, tenant_max_pending_jobs)
+                                 tenant_max_cpu, tenant_max_memory, tenant_max_pending_jobs, tenant_max_task_log,
+                                 tenant_max_logs)
         users = parse_tenant_users(tenant_user or [])
     except ValueError as exc:
         fail(str(exc), 2, errors)

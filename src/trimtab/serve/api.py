@@ -66,6 +66,10 @@ class QuotaRequest(BaseModel):
                                     "request together (a job waits beyond it)")
     max_pending_jobs: int | None = Field(None, ge=0, le=1_000_000_000, description="pending jobs it may have "
                                          "(a submission beyond it is refused with 429)")
+    max_task_log_bytes: int | None = Field(None, ge=1, le=2**50, description="what one task's log keeps of its "
+                                           "output (then a line saying it was cut)")
+    max_log_bytes: int | None = Field(None, ge=1, le=2**60, description="its logs on disk (beyond it, the logs "
+                                      "of its oldest finished jobs are removed)")
 
 
 def principal(request: Request) -> Principal:

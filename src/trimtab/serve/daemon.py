@@ -122,7 +122,7 @@ class Daemon:
         self.reasons = ReasonBook(lambda job: self.scheduler.shape(job))
         self._reservations: list[Reservation] = []  # those of the latest cycle that ran (for `why`)
         self.devices = DeviceBook(inventory)
-        self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities)
+        self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities, self.requests.limits)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
         self.waiting_launch: list[Attempt] = []  # started by the scheduler, waiting for GPUs still draining
         self.cycle_observers: list[Callable[[float], None]] = []

@@ -1,41 +1,50 @@
 """Launching attempts: the tasks of an attempt on the devices the scheduler chose, their rows committed to the
 store before any process starts, each task's TaskLaunch (rank variables, CUDA and MPS environment, log path, the
-tenant's Unix user and folders)."""
+tenant's Unix user and folders), and the tenants' logs held to their limits (serve/limits.py)."""
 
 from __future__ import annotations
 
+import logging
 import socket
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from sqlalchemy import select, update
+from sqlalchemy.orm import Session
 
 from trimtab.cluster import GPU_MILLI, ClusterState
 from trimtab.serve.attempts import Attempt, Run, run_id_of
 from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
 from trimtab.serve.identity import Identities, TaskUser
+from trimtab.serve.limits import TenantLimits
 from trimtab.serve.progress import progress_path
 from trimtab.serve.store import JobRow, RunRow, Store
 
 _Launch = tuple[Run, TaskLaunch, RunRow]
+log = logging.getLogger("trimtab.serve")
+TRIM_EVERY_S = 60.0  # a tenant's logs are measured against its max_log_bytes at most this often
 
 
 class Launcher:
     """Turns attempts the scheduler started into running tasks. Called by the daemon under its lock: `launch` for
     the attempts waiting for their GPUs, `launch_of` (also by recovery) for the TaskLaunch of one task.
     `identities` says which Unix user runs a tenant's tasks and where its folders are (default: the server's
-    user for every tenant)."""
+    user for every tenant); `limits` each tenant's limits (default: the server's defaults), of which the launcher
+    holds the logs' (`max_task_log_bytes` per task, `max_log_bytes` for all of a tenant's)."""
 
     def __init__(self, store: Store, executor: Executor, devices: DeviceBook, data_dir: Path,
-                 clock: Callable[[], float], identities: Identities | None = None) -> None:
+                 clock: Callable[[], float], identities: Identities | None = None,
+                 limits: Mapping[str, TenantLimits] | None = None) -> None:
         self.store = store
         self.executor = executor
         self.devices = devices
         self.data_dir = data_dir
         self.clock = clock
         self.identities = identities or Identities(data_dir)
+        self.limits = limits
+        self._trimmed_s: dict[str, float] = {}  # tenant -> when its logs were last measured
 
     def launch(self, waiting: list[Attempt], cluster: ClusterState) -> list[TaskExit]:
         """Launch the attempts of `waiting` whose GPUs are free now, in order, and take them off it. GPUs of a
@@ -77,6 +86,8 @@ class Launcher:
         failed: list[TaskExit] = []
         with self.store.session() as s:
             rows = {r.id: r for r in s.scalars(select(JobRow).where(JobRow.id.in_([a.job_id for a, _ in ready])))}
+            for tenant in {row.tenant for row in rows.values()}:
+                self._trim_logs(s, tenant, now)
             for att, runs in ready:
                 row = rows[att.job_id]
                 att.launched = True
@@ -163,10 +174,42 @@ class Launcher:
             env.update(self.devices.share_env(run.node, run.gpu_ids[0], share))
         return TaskLaunch(run.run_id, row.id, att.number, run.rank, run.node, run.gpu_ids, tuple(row.command),
                           env, row.workdir or str(work), Path(log_path), self.data_dir / "runs" / run.run_id, share,
-                          user, (str(checkpoint), str(work)))
+                          user, (str(checkpoint), str(work)), self._limits_of(row.tenant).max_task_log_bytes)
+
+    def _limits_of(self, tenant: str) -> TenantLimits:
+        return self.limits[tenant] if self.limits is not None else TenantLimits()
+
+    def _trim_logs(self, s: Session, tenant: str, now: float) -> None:
+        """Hold `tenant`'s logs on disk to its max_log_bytes (at most every TRIM_EVERY_S): beyond it, remove the
+        logs of its finished jobs, oldest first (the jobs and their runs are kept; a removed log reads empty)."""
+        cap = self._limits_of(tenant).max_log_bytes
+        if cap is None or now - self._trimmed_s.get(tenant, float("-inf")) < TRIM_EVERY_S:
+            return
+        self._trimmed_s[tenant] = now
+        runs = s.execute(select(RunRow.log_path, JobRow.state).join(JobRow, JobRow.id == RunRow.job_id)
+                         .where(JobRow.tenant == tenant).order_by(RunRow.job_id, RunRow.id)).all()
+        sizes = [(Path(path), _size(Path(path)), state in ("completed", "failed", "cancelled")) for path, state in runs]
+        total = sum(size for _, size, _ in sizes)
+        removed = 0
+        for path, size, finished in sizes:
+            if total <= cap:
+                break
+            if finished and size:
+                path.unlink(missing_ok=True)
+                total, removed = total - size, removed + size
+        if removed:
+            log.warning("tenant %s: removed %d bytes of its oldest finished jobs' logs (max_log_bytes %d)", tenant,
+                        removed, cap)
 
     def log_path(self, job_id: int, attempt: int, rank: int) -> Path:
         return self.data_dir / "logs" / str(job_id) / f"attempt-{attempt}.rank-{rank}.log"
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
 
 
 def _set_master_port(att: Attempt) -> int:

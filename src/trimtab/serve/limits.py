@@ -44,6 +44,8 @@ class TenantLimits:
     max_cpu_milli: int | None = None
     max_mem_mib: int | None = None
     max_pending_jobs: int | None = 1000
+    max_task_log_bytes: int | None = 1 << 30  # what one task's log keeps of its output (then cut)
+    max_log_bytes: int | None = 20 << 30  # the tenant's logs on disk: its oldest finished jobs' go beyond it
     caps: Caps = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -142,10 +144,12 @@ class _CapsView(Mapping[str, Caps]):
 
 def limits_of_flags(classes: str | None = None, max_tasks_per_job: int | None = None,
                     max_running_tasks: int | None = None, max_cpu: str | None = None, max_memory: str | None = None,
-                    max_pending_jobs: int | None = None) -> TenantLimits:
+                    max_pending_jobs: int | None = None, max_task_log: str | None = None,
+                    max_logs: str | None = None) -> TenantLimits:
     """The server's default limits from `trimtab serve --tenant-...`: a flag left out (None) keeps the built-in
     default; 0 (for CPU and memory also "none") lifts the limit. CPU and memory are Kubernetes quantities ("8",
-    "500m", "64Gi"), rounded down as a ResourceQuota's hard limits are. Raises ValueError naming the flag."""
+    "500m", "64Gi"), rounded down as a ResourceQuota's hard limits are, and so are log sizes (bytes: "1Gi").
+    Raises ValueError naming the flag."""
     changes: dict[str, Any] = {}
     if classes is not None:
         changes["priority_classes"] = tuple(name.strip() for name in classes.split(",") if name.strip())
@@ -154,7 +158,9 @@ def limits_of_flags(classes: str | None = None, max_tasks_per_job: int | None = 
         if count is not None:
             changes[name] = count or None
     for name, flag, text, scale in (("max_cpu_milli", "--tenant-max-cpu", max_cpu, Fraction(1000)),
-                                    ("max_mem_mib", "--tenant-max-memory", max_memory, Fraction(1, 1 << 20))):
+                                    ("max_mem_mib", "--tenant-max-memory", max_memory, Fraction(1, 1 << 20)),
+                                    ("max_task_log_bytes", "--tenant-max-task-log", max_task_log, Fraction(1)),
+                                    ("max_log_bytes", "--tenant-max-logs", max_logs, Fraction(1))):
         if text is not None:
             try:
                 amount = 0 if text.strip().lower() == "none" else math.floor(parse_quantity(text) * scale)

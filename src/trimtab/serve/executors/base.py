@@ -27,7 +27,8 @@ class TaskLaunch:
     the executor's own bookkeeping of this task.
 
     `user`: the Unix identity the command runs as (None: the server's own); `make_dirs`: folders the executor
-    makes, as that user, before the command starts (its checkpoint and working folders)."""
+    makes, as that user, before the command starts (its checkpoint and working folders); `log_max_bytes`: the
+    most of the task's output its log keeps (then a line saying it was cut; None: all of it)."""
 
     run_id: str
     job_id: int
@@ -43,6 +44,7 @@ class TaskLaunch:
     gpu_milli: int = 0
     user: TaskUser | None = None
     make_dirs: tuple[str, ...] = ()
+    log_max_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

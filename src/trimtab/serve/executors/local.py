@@ -264,7 +264,7 @@ def launch_spec(task: TaskLaunch) -> dict[str, Any]:
         base = {k: v for k, v in os.environ.items() if k in KEPT_VARS or k.startswith("LC_")}
     user = None if task.user is None else {"uid": task.user.uid, "gid": task.user.gid}
     return {"argv": list(task.argv), "env": {**base, **task.env, RUN_ID_VAR: task.run_id}, "cwd": task.workdir,
-            "user": user, "make_dirs": list(task.make_dirs)}
+            "user": user, "make_dirs": list(task.make_dirs), "log_max_bytes": task.log_max_bytes}
 
 
 def _write_private(path: Path, data: bytes) -> None:

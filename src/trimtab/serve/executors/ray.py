@@ -105,6 +105,7 @@ class _Tracked:
     ended: bool = False
     lost_at_s: float | None = None  # when the actor was found dead (its node may be gone)
     extra: dict[str, Any] = field(default_factory=dict)
+    log_max_bytes: int | None = None  # TaskLaunch's: the log keeps the output's first bytes only
 
 
 class RayExecutor(Executor):
@@ -234,7 +235,7 @@ class RayExecutor(Executor):
             name=name, namespace=NAMESPACE, lifetime="detached", num_gpus=_gpus(task), scheduling_strategy=strategy,
         ).remote(task.run_id, self._log_dir)
         task.log_path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        tracked = _Tracked(actor, task.log_path, task.node)
+        tracked = _Tracked(actor, task.log_path, task.node, log_max_bytes=task.log_max_bytes)
         tracked.wait_ref = actor.wait.remote()
         tracked.extra.update(start_ref=None, launched_s=self._clock(), ready_ref=actor.ready.remote(),
                              start_args=(list(task.argv), env, task.workdir, list(task.make_dirs)))
@@ -350,7 +351,7 @@ class RayExecutor(Executor):
             self._tasks[task.run_id] = _Tracked(None, task.log_path, task.node, ended=True, detail="vanished")
             return Adoption.ENDED
         offset = task.log_path.stat().st_size if task.log_path.exists() else 0
-        tracked = _Tracked(actor, task.log_path, task.node, offset=offset)
+        tracked = _Tracked(actor, task.log_path, task.node, offset=offset, log_max_bytes=task.log_max_bytes)
         gang = _gang_name(task.job_id, task.attempt)
         if gang in self._gangs:
             self._gangs[gang].holding.add(task.run_id)
@@ -459,7 +460,7 @@ class RayExecutor(Executor):
             return False
         if data:
             with open(tracked.log_path, "ab") as log:
-                log.write(data)
+                log.write(_within_cap(data, tracked.offset, tracked.log_max_bytes))
             tracked.offset += len(data)
         return bool(data)
 
@@ -477,3 +478,14 @@ class RayExecutor(Executor):
             ready, _ = ray.wait([ref], timeout=5)
             if not ready or not self._take(tracked, ref):
                 return
+
+
+def _within_cap(data: bytes, offset: int, cap: int | None) -> bytes:
+    """What of `data`, the output from byte `offset` on, the log keeps under `cap` (as the local task wrapper
+    keeps it: the first `cap` bytes, then a line saying it was cut)."""
+    if cap is None or offset + len(data) <= cap:
+        return data
+    if offset >= cap:
+        return b""
+    cut = f"\ntrimtab: log cut at {cap} bytes (max_task_log_bytes); the rest is dropped\n"
+    return data[:cap - offset] + cut.encode()
