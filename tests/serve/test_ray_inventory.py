@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("ray")
 
-from trimtab.serve.executors.ray import _Gang, node_name, ray_inventory
+from trimtab.serve.executors.ray import _Gang, _within_cap, node_name, ray_inventory
 
 
 def _node(node_id: str, alive: bool = True, **resources: float) -> dict[str, Any]:
@@ -118,3 +118,14 @@ def test_a_gangs_group_is_removed_once_all_its_actors_are_gone_and_leftovers_are
     assert "trimtab-gang-7.1" not in util.removed, "rank 1 still holds its bundle"
     ex._release_gang("7.1.1")
     assert util.removed[-1] == "trimtab-gang-7.1" and "trimtab-gang-7.1" not in ex._gangs
+
+
+def test_the_ray_executor_cuts_a_log_as_the_local_wrapper_does() -> None:
+    """Output read back from an actor, appended chunk by chunk: the log keeps the first `cap` bytes and one line
+    saying it was cut, whatever the chunks."""
+    chunks, offset, log = [b"abc", b"defg", b"hij", b"k"], 0, b""
+    for chunk in chunks:
+        log += _within_cap(chunk, offset, 5)
+        offset += len(chunk)
+    assert log == b"abcde\ntrimtab: log cut at 5 bytes (max_task_log_bytes); the rest is dropped\n"
+    assert _within_cap(b"abc", 10, None) == b"abc"
