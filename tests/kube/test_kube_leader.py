@@ -108,3 +108,39 @@ def test_the_client_side_rate_limit_lets_a_burst_through_then_paces_requests() -
     for _ in range(5):
         limit.take()
     assert time.monotonic() - started >= 5 / 50 * 0.9  # then 50 a second
+
+
+class RecordingWire:
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def send(self, method: str, path: str, body: Any, content_type: str = "application/json") -> None:
+        self.sent.append(path)
+
+
+def test_a_leader_paused_past_its_deadline_writes_nothing_before_any_of_its_threads_runs() -> None:
+    """Right after a pause (SIGSTOP, a stalled VM) the `leading` flag is still set: the deadline watchdog has not
+    run yet. The fence reads the clock instead, so the first write after the pause is refused, the wire never
+    sees it, and writes go out again once a renewal succeeds."""
+    from trimtab.kube.api import KubeApi, NotLeading
+
+    elector = LeaderElector(LeaseStore(), "a", **FAST)  # type: ignore[arg-type]
+    assert elector.try_acquire_or_renew()
+    elector._renewed_at = time.monotonic()
+    elector.leading.set()
+    wire = RecordingWire()
+    api = KubeApi(None, wire, "trimtab")  # type: ignore[arg-type]
+    api.fence = elector.holds
+    api.bind("default", "p0", "uid-0", "n1")
+    assert wire.sent == ["/api/v1/namespaces/default/pods/p0/binding?fieldManager=trimtab"]
+    elector._renewed_at -= FAST["renew_deadline_s"] + 1.0  # what a pause past the deadline leaves behind
+    assert elector.leading.is_set() and not elector.holds()
+    for write in (lambda: api.bind("default", "p1", "uid-1", "n1"), lambda: api.evict("default", "p0"),
+                  lambda: api.mark_unschedulable("default", "p1", "why"),
+                  lambda: api.record_event({"metadata": {"name": "p1", "namespace": "default"}}, "R", "m")):
+        with pytest.raises(NotLeading):
+            write()
+    assert len(wire.sent) == 1
+    elector._renewed_at = time.monotonic()  # renewed again
+    api.bind("default", "p1", "uid-1", "n1")
+    assert len(wire.sent) == 2

@@ -74,6 +74,7 @@ def kube_cmd(
     if leader_elect:
         identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         leader = LeaderElector(api, identity, namespace=lease_namespace, name=scheduler_name).start()
+        api.fence = leader.holds  # no write once the Lease may have passed to another replica
     scheduler = KubeScheduler(api, profile, resync_s=resync_s)
     if endpoints:
         host, _, port = endpoints.rpartition(":")

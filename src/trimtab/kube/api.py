@@ -10,7 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,10 @@ def status_code(exc: BaseException) -> int | None:
     return code if isinstance(code, int) and code else None
 
 
+class NotLeading(RuntimeError):
+    """A write refused by this replica itself: it does not hold the Lease now (KubeApi.fence)."""
+
+
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -99,13 +103,17 @@ class KubeApi:
 
     Three rate limits of `qps` / `burst` each, as kube-scheduler builds three clients from its kubeconfig: `limit`
     for the watches and the writes that change the cluster, `event_limit` for Events and `lease_limit` for leader
-    election, so that neither Events nor a burst of bindings ever delays a Lease renewal."""
+    election, so that neither Events nor a burst of bindings ever delays a Lease renewal.
+
+    `fence` (None: none), asked right before every write but the Lease's own: False refuses the write with
+    NotLeading, so a replica that lost the Lease (paused past it, say) writes nothing more."""
 
     def __init__(self, client: Client, wire: Wire, scheduler_name: str, qps: float = 0, burst: int = 0) -> None:
         self.client, self.wire = client, wire
         self.scheduler_name = scheduler_name
         self.limit, self.event_limit, self.lease_limit = (RateLimit(qps, burst) for _ in range(3))
         self._manager = f"?fieldManager={scheduler_name}"
+        self.fence: Callable[[], bool] | None = None
 
     @classmethod
     def connect(cls, kubeconfig: str | None, scheduler_name: str, qps: float = 0, burst: int = 0) -> KubeApi:
@@ -165,9 +173,15 @@ class KubeApi:
 
     # ------------------------------------------------------------------------------------------- writes
 
+    def _fenced(self) -> None:
+        """Raise NotLeading when the fence says this replica does not lead now (after the rate limit's wait)."""
+        if self.fence is not None and not self.fence():
+            raise NotLeading(f"{self.scheduler_name}: not holding the Lease, so not writing")
+
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         """Bind a pod through pods/binding (the API server refuses a second binding with 409)."""
         self.limit.take()
+        self._fenced()
         self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding{self._manager}", {
             "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
@@ -175,6 +189,7 @@ class KubeApi:
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
         self.limit.take()
+        self._fenced()
         self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction{self._manager}", {
             "apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}})
 
@@ -190,12 +205,14 @@ class KubeApi:
 
     def _patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> None:
         self.limit.take()
+        self._fenced()
         self.wire.send("PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}/status{self._manager}",
                        {"status": status}, "application/strategic-merge-patch+json")
 
     def record_event(self, pod: dict[str, Any], reason: str, message: str, warning: bool = False) -> None:
         """A core/v1 Event about `pod` (what `kubectl describe pod` lists under Events)."""
         self.event_limit.take()
+        self._fenced()
         meta = pod["metadata"]
         stamp = now_rfc3339()
         self.wire.send("POST", f"/api/v1/namespaces/{meta['namespace']}/events{self._manager}", {

@@ -46,6 +46,12 @@ class LeaderElector:
         self._thread = threading.Thread(target=self._run, name="leader-election", daemon=True)
         self._watchdog = threading.Thread(target=self._watch_deadline, name="leader-deadline", daemon=True)
 
+    def holds(self) -> bool:
+        """Whether this replica may write now: it leads, and its last successful attempt started less than
+        `renew_deadline_s` ago by the monotonic clock. Asked before each write (KubeApi.fence), it answers False
+        at once after a pause (SIGSTOP, a stalled VM) past the deadline, before any thread has run to notice."""
+        return self.leading.is_set() and time.monotonic() - self._renewed_at < self.renew_deadline_s
+
     def start(self) -> LeaderElector:
         self._thread.start()
         self._watchdog.start()
