@@ -159,6 +159,7 @@ class KubeEnv:
         self.api_port = free_port()
         self.kubeconfig = workdir / "kubeconfig"
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self._args: dict[str, list[str]] = {}  # each component's arguments, to start it again
 
     @property
     def server(self) -> str:
@@ -290,10 +291,23 @@ class KubeEnv:
     # ------------------------------------------------------------------------------------------- internals
 
     def _spawn(self, name: str, args: list[str]) -> None:
-        log = open(self.dir / f"{name}.log", "wb")  # noqa: SIM115 - the child writes to it until stopped
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - the child writes to it until stopped
         self.procs[name] = subprocess.Popen([str(self.bin / name), *args], stdout=log, stderr=subprocess.STDOUT,
                                             stdin=subprocess.DEVNULL, start_new_session=True)
+        self._args[name] = args
         log.close()
+
+    def kill_and_restart(self, name: str, down_s: float) -> None:
+        """SIGKILL component `name` (etcd, kube-apiserver, ...), leave it down `down_s`, start it again with the
+        same arguments and data (the API server: until it is ready again)."""
+        proc = self.procs[name]
+        proc.kill()
+        proc.wait()
+        time.sleep(down_s)
+        self._spawn(name, self._args[name])
+        self._write_pids()
+        if name in ("etcd", "kube-apiserver"):
+            self._wait_ready(120.0)
 
     def _write_credentials(self) -> None:
         key, pub = self.dir / "sa.key", self.dir / "sa.pub"
