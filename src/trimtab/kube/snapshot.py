@@ -135,6 +135,7 @@ class SnapshotReader:
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
         # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
         self._facts: dict[int, tuple[Obj, PodFacts]] = {}
+        self._owner_docs: dict[int, tuple[Obj, list[Obj]]] = {}  # an owner's version -> its gang's PodGroup doc
         # the same of pending pods: `_pod_version`
         self._pending_versions: dict[int, tuple[Obj, str]] = {}
         # the reads of the last snapshot's pending units, by the versions of their documents: most cycles see the
@@ -154,7 +155,8 @@ class SnapshotReader:
         owners = list(owners)
         groups = list(groups)
         named = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
-        groups += [g for g in owner_groups(owners) if (g["metadata"]["namespace"], g["metadata"]["name"]) not in named]
+        groups += [g for g in self._owner_groups(owners) if (g["metadata"]["namespace"], g["metadata"]["name"])
+                   not in named]
         self._gangs = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
         self._owners_read = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in owners}
         for doc in quotas:
@@ -216,6 +218,16 @@ class SnapshotReader:
             if restart:
                 out.broken_gangs[f"{ns}/{group}"] = restart
         return mine, bound_in_group
+
+    def _owner_groups(self, owners: list[Obj]) -> list[Obj]:
+        """`owner_groups` of `owners`, computed once per version (dict) of each owner, as `_pod_facts` is."""
+        cache, self._owner_docs = self._owner_docs, {}
+        out: list[Obj] = []
+        for owner in owners:
+            known = cache.get(id(owner)) or (owner, owner_groups([owner]))
+            self._owner_docs[id(owner)] = known
+            out += known[1]
+        return out
 
     def _pod_facts(self, pod: Obj) -> PodFacts:
         """What `_read_bound` reads of one version of a pod (an informer replaces a pod's dict when it changes)."""

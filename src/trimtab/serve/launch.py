@@ -20,7 +20,7 @@ from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
 from trimtab.serve.identity import Identities, TaskUser
 from trimtab.serve.limits import TenantLimits
 from trimtab.serve.progress import progress_path
-from trimtab.serve.store import JobRow, RunRow, Store
+from trimtab.serve.store import TERMINAL_STATES, JobRow, RunRow, Store
 
 _Launch = tuple[Run, TaskLaunch, RunRow]
 log = logging.getLogger("trimtab.serve")
@@ -188,7 +188,7 @@ class Launcher:
         self._trimmed_s[tenant] = now
         runs = s.execute(select(RunRow.log_path, JobRow.state).join(JobRow, JobRow.id == RunRow.job_id)
                          .where(JobRow.tenant == tenant).order_by(RunRow.job_id, RunRow.id)).all()
-        sizes = [(Path(path), _size(Path(path)), state in ("completed", "failed", "cancelled")) for path, state in runs]
+        sizes = [(Path(path), _size(Path(path)), state in TERMINAL_STATES) for path, state in runs]
         total = sum(size for _, size, _ in sizes)
         removed = 0
         for path, size, finished in sizes:

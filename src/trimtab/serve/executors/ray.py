@@ -18,6 +18,7 @@ from typing import Any
 from trimtab.model import Node, Resources
 from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch, begin_stop
 from trimtab.serve.executors.ray_actor import TaskActor
+from trimtab.serve.executors.task_wrapper import cut_notice
 from trimtab.serve.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
@@ -487,5 +488,4 @@ def _within_cap(data: bytes, offset: int, cap: int | None) -> bytes:
         return data
     if offset >= cap:
         return b""
-    cut = f"\ntrimtab: log cut at {cap} bytes (max_task_log_bytes); the rest is dropped\n"
-    return data[:cap - offset] + cut.encode()
+    return data[:cap - offset] + cut_notice(cap)

@@ -31,6 +31,11 @@ Spec = dict  # local.launch_spec: argv, env, cwd, user ({"uid", "gid"} or None),
 QUIET_S = 0.2  # once the command has ended, output is read until the pipe is quiet this long (or closed)
 
 
+def cut_notice(cap: int) -> bytes:
+    """The line a log over its cap ends with (the Ray executor cuts its logs with the same line)."""
+    return f"\ntrimtab: log cut at {cap} bytes (max_task_log_bytes); the rest is dropped\n".encode()
+
+
 def _write(run_dir: str, name: str, text: str) -> None:
     tmp = os.path.join(run_dir, name + ".tmp")
     with open(tmp, "w") as f:
@@ -127,7 +132,7 @@ def _relay(reader: int, child: int, cap: int) -> int:
             os.write(1, kept)
             written += len(kept)
             if written >= cap:
-                os.write(1, f"\ntrimtab: log cut at {cap} bytes (max_task_log_bytes); the rest is dropped\n".encode())
+                os.write(1, cut_notice(cap))
         if status is None:
             done, waited = os.waitpid(child, os.WNOHANG)
             status = waited if done else None
