@@ -40,7 +40,7 @@ UnitOf = Callable[[Job, Any], list[Job]]
 class CycleBooks:
     """The mutable state of one cycle, kept by its phases: what it decided so far, the shapes it blocked, the
     Scheduler's callbacks, the GPUs reserved per node (and their total, and the earliest reservation start), the
-    worst running job's key when the cycle opened, and the jobs whose preemption attempt failed (see Preemptor)."""
+    worst running job's key when the cycle opened, and the jobs whose preemption attempt failed (see Plugin.preempt)."""
 
     ctx: CycleContext
     blocked: set[Any]  # shapes whose later jobs the queue may skip
@@ -81,7 +81,7 @@ class Framework:
         self.preempt = [get(r) for r in profile.preempt]
         self.backfill = [get(r) for r in profile.backfill]
         self.resize = [get(r) for r in profile.resize]
-        self.start_below = [p for p in self.resize if p.sizes_starts]  # Resizer.start_tasks
+        self.start_below = [p for p in self.resize if p.sizes_starts]  # Plugin.start_tasks
         self.plugins: list[Plugin] = list(instances.values())
         # the plugins that do something when a cycle opens or closes (the others keep Plugin's no-op), in order
         self._openers = [p for p in self.plugins if type(p).open is not Plugin.open]
@@ -317,7 +317,7 @@ class Framework:
 
     def _allocate_below(self, books: CycleBooks, job: Job) -> Allocation | None:
         """Phase allocate, below the request: an elastic job that cannot start whole starts on the number of tasks
-        the first `start_tasks` answer gives (Resizer.start_tasks), placed as one gang of that many tasks, the
+        the first `start_tasks` answer gives (Plugin.start_tasks), placed as one gang of that many tasks, the
         reserved GPUs always out of its reach (its expected end is at its request's speed: on fewer GPUs it could
         overrun a reservation it backfilled). None: fewer than its minimum fit, no answer, or no placement."""
         assert job.elastic is not None
@@ -483,5 +483,5 @@ class Framework:
 
 def _fails_like(job: Job, failed: list[tuple[int, int]]) -> bool:
     """Does a job whose preemption attempt failed in this cycle ask no more than `job` (as many tasks or fewer,
-    each of as many GPUs or fewer)? Then `job` would fail too (the Preemptor contract)."""
+    each of as many GPUs or fewer)? Then `job` would fail too (the contract of Plugin.preempt)."""
     return any(job.tasks >= tasks and job.task.gpus >= gpus for tasks, gpus in failed)

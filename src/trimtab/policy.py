@@ -1,5 +1,5 @@
-"""The contracts of a scheduling cycle: Status (with its cause), the read-only CycleContext, one Protocol per
-extension point with Plugin as their base, and what a cycle returns (Decision, Reservation)."""
+"""The contracts of a scheduling cycle: Status (with its cause), the read-only CycleContext, Plugin (the one base
+class of policies, a method per extension point) and what a cycle returns (Decision, Reservation)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -236,135 +236,9 @@ class CycleContext:
 
 
 # ------------------------------------------------------------------------------------------ extension points
-# One Protocol per extension point, in cycle order. A Profile lists plugins by point; the Framework checks, when
-# the profile loads, that each plugin implements every point it is listed at (see `POINT_METHODS`).
-
-
-class CycleHooks(Protocol):
-    """open / close: every plugin of the profile, whatever its points, in profile order."""
-
-    def open(self, ctx: CycleContext) -> None:
-        """Once per cycle, before any other point: compute per-cycle state (drf's shares, a filter's cache)."""
-
-    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
-        """Once at the end of the cycle, with its Decision: may return a time to be woken up at; the earliest
-        answer of all plugins becomes `Decision.wake_s` (None: no wish). It may append to `decision.prefetches`
-        (datasets the world should load onto nodes ahead of the jobs that will read them)."""
-
-
-class Drainer(Protocol):
-    """drain: nodes that should take no new work (running jobs stay)."""
-
-    def drain(self, ctx: CycleContext) -> np.ndarray | None:
-        """Before each cycle the Scheduler asks every plugin of the profile that overrides `drain`: a boolean mask
-        over nodes (True: drain) or None (no opinion). A node is drained while any plugin drains it; drained nodes
-        are left out of placement until no plugin drains them."""
-
-
-class Admission(Protocol):
-    """admit: may a pending job start now, as far as this plugin is concerned?"""
-
-    def admit(self, job: Job, ctx: CycleContext) -> Status:
-        """Called for every pending job the cycle reaches, by every `admit` plugin in profile order; the first
-        non-success holds the job queued this cycle (its Status goes into `Decision.waiting`). The answer may depend
-        only on the job's shape (request, constraints, tenant, queue, priority) and the cycle's state, because a
-        "no" holds the later jobs of that shape too. A plugin that reads `ctx.usage` sets `needs_usage`."""
-
-
-class OrderKey(Protocol):
-    """order: which pending job goes first."""
-
-    def order_key(self, job: Job, ctx: CycleContext) -> Any:
-        """A sortable key of any job, pending or running. The keys of the `order` plugins form a tuple compared
-        lexicographically, so the first plugin that tells two jobs apart wins; ties end in submission order; lower
-        keys go first. `ctx.order_key(job)` gives that tuple.
-
-        The cycle keeps the queue sorted between cycles while the key of a waiting job does not change
-        (`static_order`, default True), except at the times the plugin's `pending_key_expires_s` announces. A
-        running job's key is cached until the plugin's `key_expires_s` (the scheduler wakes up then), or recomputed
-        every cycle with `dynamic_running_key`. A plugin without `static_order` may name the group its key depends
-        on (`key_group`). See those members of Plugin."""
-
-
-class NodeFilter(Protocol):
-    """filter: the nodes a job may run on."""
-
-    def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        """A boolean mask over nodes (True: allowed), for each job the cycle tries to place; a node must pass every
-        filter. The answer must not depend on what is free now (the cycle counts fit itself): `ctx.node_mask(job)`
-        is the conjunction of all filters, which plugins use to plan ahead. During a preemption attempt
-        `ctx.releasing` names running jobs to treat as gone."""
-
-
-class NodeScorer(Protocol):
-    """score: how good each node is for a job."""
-
-    def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
-        """0..100 per node (higher is better), for each job the cycle tries to place; the cycle sums the scores
-        times their profile weights and hands the sum to the `place` plugin. Like filters, scores during a
-        preemption attempt treat `ctx.releasing` as gone."""
-
-
-class Placer(Protocol):
-    """place: where a job's tasks go."""
-
-    def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
-        """The one `place` plugin of a profile chooses nodes for all `job.tasks` tasks, given how many tasks fit on
-        each node now (`fit`, 0 where a filter fails) and the weighted scores. None: the job does not start now
-        (it may preempt or reserve next). The cycle checks the Allocation against `fit` (an infeasible one is a
-        bug: RuntimeError) and applies it in a Txn, whole."""
-
-
-class Preemptor(Protocol):
-    """preempt: the running jobs to stop so that a job can start."""
-
-    def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
-        """For a job that does not fit and is ordered before some running job: victims (ids of running jobs
-        ordered after the job), or None. A plugin says who is eligible, in what rank and under which guards, and
-        hands them to the one victim search (`plugins.victims.fewest_victims`: node- and gang-aware, the fewest
-        victims that make room where the job may run). The `preempt` plugins are asked in profile order and the
-        first usable answer wins: the cycle releases the victims in a Txn and commits only if the job then fits
-        (a job started in this cycle is never a victim), and starts the job at once, in the same cycle and before
-        any job after it is looked at: the freed GPUs are held for it by construction (kube-scheduler's nominated
-        node), no later job can take them.
-
-        An answer is monotone: if no victims are found for a job, none are for a later job (ordered after it, so
-        with no more eligible victims) asking for as many tasks or more, each of as many GPUs or more; the cycle
-        then stops asking such jobs, so a long queue costs one failed attempt per request shape and cycle. (Jobs
-        are compared by GPUs alone: CPU, memory and filters are taken as alike.) Never asked for a job whose
-        `preemption_policy` is "Never". `ctx.running_ranked` holds the running jobs' keys sorted, so the jobs
-        ordered after a key are a tail found by bisection."""
-
-
-class Backfiller(Protocol):
-    """backfill: what a job that cannot start holds for later."""
-
-    def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
-        """For a job that still cannot start (after preemption): a Reservation or None; the first answer of the
-        `backfill` plugins wins. A reservation's GPUs are kept from jobs ordered after it, except from jobs expected
-        to end (now + reference time left) before it starts (EASY backfill); a reservation of the whole cluster
-        (`nodes` None) ends the cycle (strict head-of-line)."""
-
-
-class Resizer(Protocol):
-    """resize: running elastic jobs to grow into idle GPUs or to shrink for waiting jobs."""
-
-    def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
-        """Once per cycle, after the queue walk and before `close`, in profile order: new allocations for running
-        jobs with an `elastic` range (each within it, of the job's task shape, on GPUs that are idle or that the
-        job holds). The cycle applies each answer in a Txn (release the old allocation, take the new one) before
-        asking the next plugin and appends it to `decision.resizes`; after a shrink the world runs another cycle at
-        once (the GPUs it freed are for the jobs in `decision.waiting`). A job resized or started in this cycle is
-        not resized again in it."""
-
-    def start_tasks(self, job: Job, ctx: CycleContext, room: int) -> int | None:
-        """Asked by the cycle only of the `resize` plugins whose `sizes_starts` is true, in profile order, for an
-        elastic job that cannot start at its request (`job.tasks`) in the queue walk, not even by preemption, while
-        `room` < `job.tasks` of its tasks fit now (filters and reservations applied): the number of tasks to start
-        it on instead, in `job.elastic.min_tasks..room`, or None (the next plugin is asked; no answer: it waits).
-        The cycle places a gang of that many tasks, all or nothing, and starts the job on it; a grow may bring it
-        up to its request later."""
-
+# One base class, Plugin: a method per extension point, in cycle order, each with the contract of its callers and
+# a default. A Profile lists plugins by point; the Framework checks, when the profile loads, that each plugin
+# overrides the method of every point it is listed at (see `POINT_METHODS`).
 
 POINT_METHODS: Mapping[str, str] = {"admit": "admit", "order": "order_key", "filter": "filter", "score": "score",
                                     "place": "place", "preempt": "preempt", "backfill": "backfill",
@@ -373,12 +247,13 @@ POINT_METHODS: Mapping[str, str] = {"admit": "admit", "order": "order_key", "fil
 
 
 class Plugin:
-    """Base class of policies: a default for every extension point above (a plugin overrides the points it
-    implements; the Profile says at which points it is enabled) and the order companions. Plugins read the
-    CycleContext and return answers; they never mutate it."""
+    """Base class of policies: a default for every extension point (a plugin overrides the points it implements;
+    the Profile says at which points it is enabled) and the order companions. Plugins read the CycleContext and
+    return answers; they never mutate it. `open`, `close` and `drain` are asked of every plugin of the profile,
+    whatever its points, in profile order."""
 
     name: ClassVar[str] = ""
-    static_order: ClassVar[bool] = True  # the key of a waiting job does not change while it waits (see OrderKey)
+    static_order: ClassVar[bool] = True  # the key of a waiting job does not change while it waits (see order_key)
     shape_by_tenant: ClassVar[bool] = False  # its answers differ by tenant or queue (queue shapes keep them apart)
     dynamic_running_key: ClassVar[bool] = False  # the key of a running job changes continuously (SRTF)
     needs_usage: ClassVar[bool] = False  # reads ctx.usage (the cycle then keeps it, within a cycle too)
@@ -388,17 +263,38 @@ class Plugin:
     # Reservation plugins: GPU-seconds of reserved capacity their holders left unused so far, by reservation name
     # (a simulated run reports them under `reservations.unused_gpu_s`). Other plugins hold none.
     unused_gpu_s: Mapping[str, float] = MappingProxyType({})
-    # A resize plugin that sizes the start of elastic jobs below their request (Resizer.start_tasks); a profile opts
-    # in through the plugin's arguments
+    # A resize plugin that sizes the start of elastic jobs below their request (start_tasks); a profile opts in
+    # through the plugin's arguments
     sizes_starts: bool = False
 
+    def drain(self, ctx: CycleContext) -> np.ndarray | None:
+        """Before each cycle: a boolean mask over nodes that should take no new work (True: drain; running jobs
+        stay) or None (no opinion). A node is drained while any plugin drains it; drained nodes are left out of
+        placement until no plugin drains them."""
+        return None
+
     def open(self, ctx: CycleContext) -> None:
+        """Once per cycle, before any other point: compute per-cycle state (drf's shares, a filter's cache)."""
         return None
 
     def admit(self, job: Job, ctx: CycleContext) -> Status:
+        """May a pending job start now, as far as this plugin is concerned? Called for every pending job the cycle
+        reaches, by every `admit` plugin in profile order; the first non-success holds the job queued this cycle
+        (its Status goes into `Decision.waiting`). The answer may depend only on the job's shape (request,
+        constraints, tenant, queue, priority) and the cycle's state, because a "no" holds the later jobs of that
+        shape too. A plugin that reads `ctx.usage` sets `needs_usage`."""
         return Status.ok()
 
     def order_key(self, job: Job, ctx: CycleContext) -> Any:
+        """Which pending job goes first: a sortable key of any job, pending or running. The keys of the `order`
+        plugins form a tuple compared lexicographically, so the first plugin that tells two jobs apart wins; ties
+        end in submission order; lower keys go first. `ctx.order_key(job)` gives that tuple.
+
+        The cycle keeps the queue sorted between cycles while the key of a waiting job does not change
+        (`static_order`, default True), except at the times `pending_key_expires_s` announces. A running job's
+        key is cached until `key_expires_s` (the scheduler wakes up then), or recomputed every cycle with
+        `dynamic_running_key`. A plugin without `static_order` may name the group its key depends on
+        (`key_group`)."""
         raise NotImplementedError
 
     def key_expires_s(self, job: Job, ctx: CycleContext) -> float:
@@ -425,30 +321,72 @@ class Plugin:
         return [self.order_key(job, ctx) for job in jobs]
 
     def filter(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """The nodes a job may run on: a boolean mask over nodes (True: allowed), for each job the cycle tries to
+        place; a node must pass every filter. The answer must not depend on what is free now (the cycle counts fit
+        itself): `ctx.node_mask(job)` is the conjunction of all filters, which plugins use to plan ahead. During a
+        preemption attempt `ctx.releasing` names running jobs to treat as gone."""
         raise NotImplementedError
 
     def score(self, job: Job, ctx: CycleContext) -> np.ndarray:
+        """How good each node is for a job: 0..100 per node (higher is better), for each job the cycle tries to
+        place; the cycle sums the scores times their profile weights and hands the sum to the `place` plugin. Like
+        filters, scores during a preemption attempt treat `ctx.releasing` as gone."""
         raise NotImplementedError
 
     def place(self, job: Job, ctx: CycleContext, fit: np.ndarray, score: np.ndarray) -> Allocation | None:
+        """Where a job's tasks go. The one `place` plugin of a profile chooses nodes for all `job.tasks` tasks,
+        given how many tasks fit on each node now (`fit`, 0 where a filter fails) and the weighted scores. None:
+        the job does not start now (it may preempt or reserve next). The cycle checks the Allocation against `fit`
+        (an infeasible one is a bug: RuntimeError) and applies it in a Txn, whole."""
         raise NotImplementedError
 
     def preempt(self, job: Job, ctx: CycleContext) -> list[str] | None:
+        """For a job that does not fit and is ordered before some running job: victims (ids of running jobs
+        ordered after the job), or None. A plugin says who is eligible, in what rank and under which guards, and
+        hands them to the one victim search (`plugins.victims.fewest_victims`: node- and gang-aware, the fewest
+        victims that make room where the job may run). The `preempt` plugins are asked in profile order and the
+        first usable answer wins: the cycle releases the victims in a Txn and commits only if the job then fits
+        (a job started in this cycle is never a victim), and starts the job at once, in the same cycle and before
+        any job after it is looked at: the freed GPUs are held for it by construction (kube-scheduler's nominated
+        node), no later job can take them.
+
+        An answer is monotone: if no victims are found for a job, none are for a later job (ordered after it, so
+        with no more eligible victims) asking for as many tasks or more, each of as many GPUs or more; the cycle
+        then stops asking such jobs, so a long queue costs one failed attempt per request shape and cycle. (Jobs
+        are compared by GPUs alone: CPU, memory and filters are taken as alike.) Never asked for a job whose
+        `preemption_policy` is "Never". `ctx.running_ranked` holds the running jobs' keys sorted, so the jobs
+        ordered after a key are a tail found by bisection."""
         return None
 
     def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
+        """For a job that still cannot start (after preemption): a Reservation or None; the first answer of the
+        `backfill` plugins wins. A reservation's GPUs are kept from jobs ordered after it, except from jobs expected
+        to end (now + reference time left) before it starts (EASY backfill); a reservation of the whole cluster
+        (`nodes` None) ends the cycle (strict head-of-line)."""
         return None
 
     def resize(self, ctx: CycleContext, decision: Decision) -> list[Resize]:
+        """Running elastic jobs to grow into idle GPUs or to shrink for waiting jobs. Once per cycle, after the
+        queue walk and before `close`, in profile order: new allocations for running jobs with an `elastic` range
+        (each within it, of the job's task shape, on GPUs that are idle or that the job holds). The cycle applies
+        each answer in a Txn (release the old allocation, take the new one) before asking the next plugin and
+        appends it to `decision.resizes`; after a shrink the world runs another cycle at once (the GPUs it freed
+        are for the jobs in `decision.waiting`). A job resized or started in this cycle is not resized again."""
         return []
 
     def start_tasks(self, job: Job, ctx: CycleContext, room: int) -> int | None:
+        """Asked only of the `resize` plugins whose `sizes_starts` is true, in profile order, for an elastic job
+        that cannot start at its request (`job.tasks`) in the queue walk, not even by preemption, while `room` <
+        `job.tasks` of its tasks fit now (filters and reservations applied): the number of tasks to start it on
+        instead, in `job.elastic.min_tasks..room`, or None (the next plugin is asked; no answer: it waits). The
+        cycle places a gang of that many tasks, all or nothing, and starts the job on it; a grow may bring it up to
+        its request later."""
         return None
 
     def close(self, ctx: CycleContext, decision: Decision) -> float | None:
-        return None
-
-    def drain(self, ctx: CycleContext) -> np.ndarray | None:
+        """Once at the end of the cycle, with its Decision: may return a time to be woken up at; the earliest
+        answer of all plugins becomes `Decision.wake_s` (None: no wish). It may append to `decision.prefetches`
+        (datasets the world should load onto nodes ahead of the jobs that will read them)."""
         return None
 
 

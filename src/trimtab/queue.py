@@ -30,7 +30,7 @@ def shape_of(job: Job, by_tenant: bool = True, by_priority: bool = True) -> Shap
                     job.node_affinity)
     if job.labels or job.pod_affinity:  # inter-pod terms: who the job is and where its namespace's pods run matter
         shape += (tuple(sorted(job.labels.items())), job.pod_affinity, job.tenant)
-    if job.elastic is not None:  # it may start below its request (Resizer.start_tasks), down to its minimum
+    if job.elastic is not None:  # it may start below its request (Plugin.start_tasks), down to its minimum
         shape += (job.elastic.min_tasks,)
     if job.after is not None:  # admitted once its gang has started: followers of other gangs must not wait with it
         shape += (job.after,)
