@@ -27,9 +27,10 @@ from trimtab.model import Job, Node
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the label every namespace carries (its own name)
 _READ_KINDS = ("PriorityClass", "Namespace", "Node", "ResourceQuota", "Queue", "Reservation", "Pod", "PodGroup",
-               "VolcanoJob", "BatchJob")
+               "WorkloadPodGroup", "VolcanoJob", "BatchJob")
 _READ_KINDS_TEXT = ("trimtab reads Node, Namespace, Pod, ResourceQuota (v1), Job (batch/v1 or batch.volcano.sh), "
-                    "PodGroup, Queue, PriorityClass and Reservation (trimtab.io/v1)")
+                    "PodGroup (coscheduling, Volcano, scheduling.k8s.io/v1beta1), Queue, PriorityClass and Reservation "
+                    "(trimtab.io/v1)")
 
 
 @dataclass(slots=True)
@@ -103,7 +104,8 @@ class _Reader:
         out.queues += [read_queue(doc) for doc in by_kind.pop("Queue", [])]
         out.reservations += [read_reservation(doc) for doc in by_kind.pop("Reservation", [])]
         workloads = WorkloadReader(out.priority_classes, default_class, self.namespaces)
-        workloads.read_pods_and_groups(by_kind.pop("Pod", []), by_kind.pop("PodGroup", []))
+        workloads.read_pods_and_groups(by_kind.pop("Pod", []), by_kind.pop("PodGroup", []),
+                                       by_kind.pop("WorkloadPodGroup", []))
         for doc in by_kind.pop("VolcanoJob", []):
             workloads.read_volcano_job(doc)
         for doc in by_kind.pop("BatchJob", []):
@@ -142,6 +144,8 @@ def _kind_key(kind: str, api: str) -> str:
         return "VolcanoJob"
     if kind == "Job":
         return "BatchJob" if api == "batch/v1" else f"Job of {api}"
+    if kind == "PodGroup" and api == "scheduling.k8s.io/v1beta1":
+        return "WorkloadPodGroup"
     if kind == "PodGroup" and group not in ("scheduling.volcano.sh", "scheduling.x-k8s.io",
                                             "scheduling.sigs.k8s.io"):
         return f"PodGroup of {api}"

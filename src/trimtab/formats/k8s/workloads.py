@@ -1,4 +1,5 @@
-"""The workloads of a manifest set: Pod, batch/v1 Job, Volcano Job, and PodGroup with its pods, as model Jobs.
+"""The workloads of a manifest set: Pod, batch/v1 Job, Volcano Job, and PodGroup (coscheduling, Volcano, or the
+Workload API's) with its pods, as model Jobs.
 
 Owns the pod spec reader (requests and limits, constraints, what each container runs) and the gang rules that
 turn one or more pods into one Job, with a Launch beside it for the live service."""
@@ -9,21 +10,18 @@ import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from fractions import Fraction
 from typing import Any
 
 from trimtab.formats.k8s.affinity import NodeTerm, Toleration, read_affinity, read_tolerations
 from trimtab.formats.k8s.documents import (
-    GPU,
     Doc,
     annotation_seconds,
-    gpus,
     int_field,
     list_field,
-    quantity,
     str_map,
 )
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
+from trimtab.formats.k8s.resources import pod_resources
 from trimtab.model import Elastic, Job, PodAffinity, Resources, parse_gpu_range
 
 DURATION = "trimtab.io/duration"
@@ -41,7 +39,10 @@ _POD_SPEC_KEYS = (
     "terminationGracePeriodSeconds", "hostNetwork", "hostIPC", "hostPID", "dnsPolicy", "imagePullSecrets",
     "securityContext", "preemptionPolicy", "nodeName", "runtimeClassName", "shareProcessNamespace",
     "enableServiceLinks", "automountServiceAccountToken", "hostname", "subdomain", "activeDeadlineSeconds",
+    "schedulingGroup",
 )
+_SCHEDULING_GROUP_KEYS = ("parentCompositePodGroupName", "workloadRef", "schedulingPolicy", "schedulingConstraints",
+                          "resourceClaims", "disruptionMode", "priorityClassName", "priority", "preemptionPolicy")
 _CONTAINER_KEYS = (
     "name", "image", "command", "args", "env", "envFrom", "ports", "volumeMounts", "resources", "workingDir",
     "imagePullPolicy", "securityContext", "livenessProbe", "readinessProbe", "startupProbe", "lifecycle", "stdin",
@@ -103,6 +104,7 @@ class _PodSpec:
     duration_s: float | None
     submit_s: float | None
     group: str | None
+    scheduling_group: str | None  # the Workload API PodGroup the pod names (spec.schedulingGroup.podGroupName)
     run: PodRun
 
 
@@ -123,23 +125,29 @@ class WorkloadReader:
         self.sources: dict[str, str] = {}
         self.specified: dict[str, dict[str, bool]] = {}
 
-    def read_pods_and_groups(self, pod_docs: list[Doc], group_docs: list[Doc]) -> None:
+    def read_pods_and_groups(self, pod_docs: list[Doc], group_docs: list[Doc],
+                             scheduling_docs: Sequence[Doc] = ()) -> None:
         """A pod that names no PodGroup is a job of one task; the pods naming a PodGroup are its gang (and its
-        followers, beyond minMember)."""
-        groups = {(d.namespace, d.name): d for d in group_docs}
-        members: dict[tuple[str, str], list[tuple[str, _PodSpec]]] = {}
+        followers, beyond minMember). A pod's coscheduling or Volcano PodGroup (label, annotation) comes before the
+        Workload API's PodGroup (`scheduling_docs`) it names in `spec.schedulingGroup`."""
+        known = {False: {(d.namespace, d.name): d for d in group_docs},
+                 True: {(d.namespace, d.name): d for d in scheduling_docs}}
+        members: dict[tuple[bool, str, str], list[tuple[Doc, _PodSpec]]] = {}
         for doc in pod_docs:
             pod = self._pod(doc, doc.data.get("spec"), "spec", doc.data.get("metadata") or {})
-            if pod.group is None:
+            upstream, name = (False, pod.group) if pod.group else (True, pod.scheduling_group)
+            if name is None:
                 self._job(doc, [pod], pod.priority_class, "", 1)
                 continue
-            if (doc.namespace, pod.group) not in groups:
-                raise doc.error("metadata.annotations", f"the pod names PodGroup {pod.group!r} in namespace "
-                                f"{doc.namespace}, which no document defines; it would stay pending forever")
-            members.setdefault((doc.namespace, pod.group), []).append((doc.name, pod))
-        for key, gdoc in groups.items():
-            named = members.get(key, [])
-            self._group(gdoc, [pod for _, pod in named], [name for name, _ in named])
+            if (doc.namespace, name) not in known[upstream]:
+                path = "spec.schedulingGroup.podGroupName" if upstream else "metadata.annotations"
+                raise doc.error(path, f"the pod names PodGroup {name!r} in namespace {doc.namespace}, which no "
+                                "document defines; it would stay pending forever")
+            members.setdefault((upstream, doc.namespace, name), []).append((doc, pod))
+        for upstream, groups in known.items():
+            for (namespace, name), gdoc in groups.items():
+                named = members.get((upstream, namespace, name), [])
+                (self._scheduling_group if upstream else self._group)(gdoc, named)
 
     def read_batch_job(self, doc: Doc) -> None:
         """A batch/v1 Job: the pods the Job controller runs at once (`job_gang_size`) of its template, started
@@ -201,7 +209,8 @@ class WorkloadReader:
         self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or "default"),
                   min_available or len(pods), _own_annotations(doc), names=names)
 
-    def _group(self, doc: Doc, pods: list[_PodSpec], names: list[str]) -> None:
+    def _group(self, doc: Doc, named: list[tuple[Doc, _PodSpec]]) -> None:
+        pods, names = [pod for _, pod in named], [pdoc.name for pdoc, _ in named]
         spec = doc.data.get("spec") or {}
         if not isinstance(spec, dict):
             raise doc.error("spec", "must be a mapping")
@@ -217,6 +226,35 @@ class WorkloadReader:
         self._job(doc, pods, str(spec.get("priorityClassName") or ""), str(spec.get("queue") or ""), min_member,
                   _own_annotations(doc), names=names)
 
+    def _scheduling_group(self, doc: Doc, named: list[tuple[Doc, _PodSpec]]) -> None:
+        """A PodGroup of the Workload API (scheduling.k8s.io/v1beta1): its `gang` policy makes the pods naming it
+        a gang of `minCount`; the `basic` policy schedules each of them on its own."""
+        spec = doc.data.get("spec")
+        if not isinstance(spec, dict):
+            raise doc.error("spec", "a PodGroup needs a spec mapping")
+        doc.check_keys(spec, "spec", _SCHEDULING_GROUP_KEYS)
+        policy = spec.get("schedulingPolicy")
+        if not isinstance(policy, dict) or sum(policy.get(k) is not None for k in ("basic", "gang")) != 1:
+            raise doc.error("spec.schedulingPolicy", "exactly one of basic and gang is required")
+        doc.check_keys(policy, "spec.schedulingPolicy", ("basic", "gang"))
+        if not named:
+            doc.warn("spec", "no pod names this PodGroup; nothing to schedule")
+            return
+        gang = policy.get("gang")
+        if gang is None:
+            for pdoc, pod in named:
+                self._job(pdoc, [pod], pod.priority_class, "", 1)
+            return
+        if not isinstance(gang, dict):
+            raise doc.error("spec.schedulingPolicy.gang", "must be a mapping")
+        doc.check_keys(gang, "spec.schedulingPolicy.gang", ("minCount",))
+        min_count = int_field(doc, gang.get("minCount"), "spec.schedulingPolicy.gang.minCount", 1)
+        if len(named) < min_count:
+            raise doc.error("spec.schedulingPolicy.gang.minCount", f"minCount is {min_count} but only {len(named)} "
+                            "pods name this PodGroup; the gang could never start")
+        self._job(doc, [pod for _, pod in named], str(spec.get("priorityClassName") or ""), "", min_count,
+                  _own_annotations(doc), names=[pdoc.name for pdoc, _ in named])
+
     def _pod(self, doc: Doc, spec: Any, path: str, meta: Mapping[str, Any]) -> _PodSpec:
         if not isinstance(spec, dict):
             raise doc.error(path, "a pod spec mapping is required")
@@ -227,7 +265,7 @@ class WorkloadReader:
         if not isinstance(containers, list) or not containers:
             raise doc.error(f"{path}.containers", "a pod needs at least one container")
         runs = tuple(_container(doc, c, f"{path}.containers[{i}]") for i, c in enumerate(containers))
-        req, lim, specified = _pod_resources(doc, spec, path)
+        req, lim, specified = pod_resources(doc, spec, path)
         annotations = str_map(doc, meta.get("annotations"), "metadata.annotations")
         labels = str_map(doc, meta.get("labels"), "metadata.labels")
         affinity = read_affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
@@ -246,6 +284,7 @@ class WorkloadReader:
             duration_s=annotation_seconds(doc, annotations, DURATION),
             submit_s=annotation_seconds(doc, annotations, SUBMIT),
             group=annotations.get(VOLCANO_GROUP) or labels.get(COSCHED_GROUP) or None,
+            scheduling_group=_scheduling_group_name(doc, spec.get("schedulingGroup"), f"{path}.schedulingGroup"),
             run=PodRun(doc.source, path, runs, annotations),
         )
 
@@ -338,6 +377,18 @@ def _elastic(doc: Doc, own: Mapping[str, str], tasks: int, task: Resources) -> E
     return Elastic(low // per_pod, high // per_pod)
 
 
+def _scheduling_group_name(doc: Doc, value: Any, path: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping")
+    doc.check_keys(value, path, ("podGroupName",))
+    name = value.get("podGroupName")
+    if name is not None and not isinstance(name, str):
+        raise doc.error(f"{path}.podGroupName", "must be a string")
+    return name or None
+
+
 def _own_annotations(doc: Doc) -> dict[str, str]:
     return str_map(doc, (doc.data.get("metadata") or {}).get("annotations"), "metadata.annotations")
 
@@ -384,64 +435,3 @@ def _strings(doc: Doc, value: Any, path: str) -> list[str]:
     if not all(isinstance(v, str | int | float) for v in list_field(doc, value, path)):
         raise doc.error(path, "expected a list of strings")
     return [str(v) for v in value or ()]
-
-
-def _pod_resources(doc: Doc, spec: dict[str, Any],
-                   path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
-    """Requests and limits [gpus, cpu cores, memory bytes] of a pod: the sum over its containers, at least the
-    largest init container's; and which requests and limits every container states."""
-    req = [Fraction(0)] * 3
-    lim = [Fraction(0)] * 3
-    specified = {"requests.cpu": True, "requests.memory": True, "limits.cpu": True, "limits.memory": True}
-    for i, c in enumerate(spec["containers"]):
-        r, lm, has = _container_resources(doc, c.get("resources") or {}, f"{path}.containers[{i}].resources")
-        req = [a + b for a, b in zip(req, r, strict=True)]
-        lim = [a + b for a, b in zip(lim, lm, strict=True)]
-        for k in specified:
-            specified[k] = specified[k] and has[k]
-    for i, c in enumerate(spec.get("initContainers") or []):
-        r, lm, _ = _container_resources(doc, (c or {}).get("resources") or {}, f"{path}.initContainers[{i}].resources")
-        req = [max(a, b) for a, b in zip(req, r, strict=True)]
-        lim = [max(a, b) for a, b in zip(lim, lm, strict=True)]
-    return req, lim, specified
-
-
-def _container_resources(doc: Doc, res: Any, path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
-    """Requests and limits [gpus, cpu cores, memory bytes] of one container. As the API server defaults them, a
-    request left out equals the limit; an extended resource's request must equal its limit."""
-    if not isinstance(res, dict):
-        raise doc.error(path, "must be a mapping")
-    doc.check_keys(res, path, ("requests", "limits", "claims"))
-    out: dict[str, dict[str, Fraction]] = {}
-    for part in ("requests", "limits"):
-        values = res.get(part) or {}
-        if not isinstance(values, dict):
-            raise doc.error(f"{path}.{part}", "must be a mapping of resource names to quantities")
-        parsed: dict[str, Fraction] = {}
-        for name, value in values.items():
-            fpath = f"{path}.{part}.{name}"
-            if name == GPU:
-                parsed[name] = Fraction(gpus(doc, value, fpath))
-            elif name in ("cpu", "memory"):
-                parsed[name] = quantity(doc, value, fpath)
-            else:
-                quantity(doc, value, fpath)
-                doc.ignore(fpath, f"resource {name} is not modelled")
-        out[part] = parsed
-    req, lim = out["requests"], out["limits"]
-    for name in ("cpu", "memory", GPU):
-        if name in lim and name not in req:
-            req[name] = lim[name]
-        if name in req and name in lim and req[name] > lim[name]:
-            raise doc.error(f"{path}.requests.{name}", f"request {req[name]} must be less than or equal to the "
-                            f"limit {lim[name]}")
-    if GPU in req and req[GPU] != lim.get(GPU, req[GPU]):
-        raise doc.error(f"{path}.requests.{GPU}", "an extended resource's request must equal its limit")
-    if GPU in req and GPU not in lim:
-        raise doc.error(f"{path}.limits.{GPU}", "an extended resource needs a limit (requests alone are refused)")
-    has = {"requests.cpu": "cpu" in req, "requests.memory": "memory" in req,
-           "limits.cpu": "cpu" in lim, "limits.memory": "memory" in lim}
-    requests = [req.get(GPU, Fraction(0)), req.get("cpu", Fraction(0)), req.get("memory", Fraction(0))]
-    # a limit left out is unbounded for quota purposes; count it as the request
-    limits = [lim.get(GPU, requests[0]), lim.get("cpu", requests[1]), lim.get("memory", requests[2])]
-    return requests, limits, has
