@@ -394,11 +394,14 @@ def _node_doc(node: Obj) -> Obj:
 
 
 def _pod_doc(pod: Obj, gang: str | None = None) -> Obj:
-    """The pod as the reader reads it; a member of its owner's `gang` labelled as a member of that PodGroup."""
-    meta = pod["metadata"]
+    """The pod as the reader reads it; a member of its owner's `gang` labelled as a member of that PodGroup. Its
+    scheduling group is left out: the snapshot resolved it already (kube/owners.py), into `gang` or into none."""
+    meta, spec = pod["metadata"], pod["spec"]
     if gang is not None:
         meta = {**meta, "labels": {**(meta.get("labels") or {}), COSCHED_GROUP: gang}}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": pod["spec"]}
+    if "schedulingGroup" in spec:
+        spec = {k: v for k, v in spec.items() if k != "schedulingGroup"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
 
 
 def _group_doc(group: Obj, bound: int) -> Obj:
