@@ -9,8 +9,7 @@ from typing import Any
 from trimtab.formats.k8s.documents import GPU, Doc, gpus, quantity
 
 
-def pod_resources(doc: Doc, spec: dict[str, Any],
-                   path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
+def pod_resources(doc: Doc, spec: dict[str, Any], path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
     """Requests and limits [gpus, cpu cores, memory bytes] of a pod: the sum over its containers, at least the
     largest init container's; and which requests and limits every container states."""
     req = [Fraction(0)] * 3
