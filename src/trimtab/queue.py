@@ -400,3 +400,26 @@ class RunningKeys:
         while heap and heap[0][1] not in self.keys:
             heapq.heappop(heap)  # stale: that job stopped
         return heap[0][0] if heap else None
+
+
+class PendingView(Sequence[Job]):
+    """The pending jobs in queue order as a read-only sequence, built only if a plugin reads it."""
+
+    def __init__(self, queue: ShapeQueue, jobs: Mapping[str, Job]) -> None:
+        self._queue, self._all = queue, jobs
+        self._jobs: list[Job] | None = None
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    def __iter__(self) -> Iterator[Job]:
+        return (self._all[e[2]] for e in self._queue.ordered())
+
+    def forget(self) -> None:
+        """Read the queue afresh at the next index (the queue may have changed since)."""
+        self._jobs = None
+
+    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
+        if self._jobs is None:
+            self._jobs = list(self)
+        return self._jobs[i]

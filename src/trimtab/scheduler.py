@@ -16,7 +16,7 @@ from trimtab.cycle import Framework
 from trimtab.model import Job, JobState, Node, Resources
 from trimtab.policy import CycleContext, Decision, Observations, Plugin, RunningJob
 from trimtab.profile import Profile, Registry
-from trimtab.queue import CycleMoves, Entry, ShapeId, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
+from trimtab.queue import CycleMoves, Entry, PendingView, ShapeId, ShapeQueue, WaitingKeyExpiry, Walk, shape_of
 
 _ONE_GPU = Resources(gpus=1)
 
@@ -66,7 +66,7 @@ class Scheduler:
         self.history: list[tuple[Job, float]] = []  # completed jobs and their run time, in completion order
         self._now_s = 0.0
         self._waiting_keys = WaitingKeyExpiry(self.framework.pending_key_expires_s)
-        self._between: tuple[CycleContext, _PendingView] | None = None  # see `context`
+        self._between: tuple[CycleContext, PendingView] | None = None  # see `context`
 
     # -------------------------------------------------------------------------------------------- events
 
@@ -79,18 +79,16 @@ class Scheduler:
         self._enqueue(job, now_s)
 
     def adopt(self, job: Job, alloc: Allocation, start_s: float, executed_s: float = 0.0,
-              attained_gpu_s: float = 0.0, booked: bool = False) -> None:
-        """Take in a job that is already running on `alloc` since `start_s` (a live service re-adopting its tasks
-        after a restart): its resources are booked and it is treated like a job a cycle started. `executed_s` and
-        `attained_gpu_s` are what it had to its credit before this run. `booked`: the cluster this scheduler was
-        given already holds `alloc` (a view kept between cycles, trimtab.kube.view)."""
+              attained_gpu_s: float = 0.0) -> None:
+        """Take in a job that is already running on `alloc` since `start_s` (a live world re-adopting its tasks
+        after a restart, or pods it finds bound): its resources are booked and it is treated like a job a cycle
+        started. `executed_s` and `attained_gpu_s` are what it had to its credit before this run."""
         if job.id in self.jobs and self.state.get(job.id) is not JobState.PENDING:
             raise ValueError(f"job {job.id!r} is already known as {self.state[job.id]}")
+        self.cluster.allocate(alloc)  # first: a job that does not fit is not taken in
         if job.id in self._queue:
             self._dequeue(job.id)
         self._held.discard(job.id)
-        if not booked:
-            self.cluster.allocate(alloc)
         self.jobs[job.id] = job
         self.state[job.id] = JobState.RUNNING
         self.running[job.id] = RunningJob(job, alloc, start_s, executed_s, attained_gpu_s)
@@ -152,6 +150,38 @@ class Scheduler:
             self._dequeue(job_id)
         self.state[job_id] = JobState.CANCELLED
         return True
+
+    def hold(self, job_id: str) -> None:
+        """A queued job leaves the queue, keeping its credit, until `resume` (a live world's job whose pods are
+        gone for a while: a controller recreates them)."""
+        if self.state.get(job_id) is not JobState.PENDING or job_id in self._held:
+            raise ValueError(f"job {job_id!r} is not queued")
+        self._dequeue(job_id)
+        self._held.add(job_id)
+
+    def replace(self, job: Job, now_s: float) -> None:
+        """A pending job (queued or held) asks anew: it is queued as `job` (same id), keeping its credit."""
+        if self.state.get(job.id) is not JobState.PENDING:
+            raise ValueError(f"job {job.id!r} is not pending")
+        self.forget(job.id, keep_credit=True)
+        self.submit(job, now_s)
+
+    def forget(self, job_id: str, keep_credit: bool = False) -> None:
+        """Drop a pending or ended job from the books (a live world's job that is gone; its id may come again as a
+        new job). Completed jobs stay in `history`."""
+        state = self.state.get(job_id)
+        if state is JobState.PENDING:
+            if job_id in self._held:
+                self._held.remove(job_id)
+            else:
+                self._dequeue(job_id)
+        elif state is not None and not state.terminal:
+            raise ValueError(f"job {job_id!r} is {state}")
+        self.jobs.pop(job_id, None)
+        self.state.pop(job_id, None)
+        if not keep_credit:
+            self.prior_attained_gpu_s.pop(job_id, None)
+            self.prior_executed_s.pop(job_id, None)
 
     def node_down(self, name: str) -> list[str]:
         """A node fails: it takes no new work. Returns the running jobs that had tasks on it (the world stops
@@ -391,7 +421,7 @@ class Scheduler:
             if ctx.now_s == now_s and ctx.observations is self.observations:
                 view.forget()
                 return ctx
-        view = _PendingView(self)
+        view = PendingView(self._queue, self.jobs)
         ctx = CycleContext(now_s, self.cluster, view, self.running, self.prior_attained_gpu_s, self.prior_executed_s,
                            self.rng, history=self.history, observations=self.observations)
         self._between = (ctx, view)
@@ -407,10 +437,11 @@ class Scheduler:
         def node_mask(job: Job) -> np.ndarray:
             return fw.node_mask(job, ctx)
 
-        ctx = CycleContext(now_s, self.cluster, _PendingView(self), self.running, self.prior_attained_gpu_s,
-                           self.prior_executed_s, self.rng, running_keys=fw.running_keys.keys,
-                           running_ranked=fw.running_keys.ranked, order_key=order_key, usage=fw.usage,
-                           node_mask=node_mask, history=self.history, observations=self.observations)
+        ctx = CycleContext(now_s, self.cluster, PendingView(self._queue, self.jobs), self.running,
+                           self.prior_attained_gpu_s, self.prior_executed_s, self.rng,
+                           running_keys=fw.running_keys.keys, running_ranked=fw.running_keys.ranked,
+                           order_key=order_key, usage=fw.usage, node_mask=node_mask, history=self.history,
+                           observations=self.observations)
         return ctx
 
     def _rekey_waiting(self, now_s: float) -> None:
@@ -427,7 +458,7 @@ class Scheduler:
 
     def pending(self) -> list[Job]:
         """Pending jobs in queue order (for a static order) or arrival order."""
-        return list(_PendingView(self))
+        return list(PendingView(self._queue, self.jobs))
 
     # -------------------------------------------------------------------------------------------- books
 
@@ -452,26 +483,3 @@ class Scheduler:
         jid = run.job.id
         self.prior_attained_gpu_s[jid] = run.prior_attained_gpu_s + run.alloc.gpus * elapsed
         self.prior_executed_s[jid] = run.prior_executed_s + elapsed if executed_s is None else executed_s
-
-
-class _PendingView(Sequence[Job]):
-    """The pending jobs in queue order as a read-only sequence, built only if a plugin reads it."""
-
-    def __init__(self, scheduler: Scheduler) -> None:
-        self._s = scheduler
-        self._jobs: list[Job] | None = None
-
-    def __len__(self) -> int:
-        return len(self._s._queue)
-
-    def __iter__(self) -> Iterator[Job]:
-        return (self._s.jobs[e[2]] for e in self._s._queue.ordered())
-
-    def forget(self) -> None:
-        """Read the queue afresh at the next index (the queue may have changed since)."""
-        self._jobs = None
-
-    def __getitem__(self, i):  # type: ignore[no-untyped-def, override]
-        if self._jobs is None:
-            self._jobs = list(self)
-        return self._jobs[i]

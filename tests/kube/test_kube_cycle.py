@@ -354,20 +354,3 @@ def test_a_node_not_ready_counts_among_the_nodes_down_in_the_reason() -> None:
     assert api.bound == {"default/small": "n1"}
     assert api.unschedulable["default/big"] == "0/2 nodes are available: 1 are down or drained, 1 have too few " \
         "free GPUs."
-
-
-def test_between_cycles_the_last_cycles_scheduler_is_collected_without_a_full_collection() -> None:
-    """`run` turns Python's automatic collector off and collects the young generations between cycles: the last
-    cycle's Scheduler (cyclic garbage once let go) must be among what that frees."""
-    import gc
-    import weakref
-
-    sched = scheduler(FakeApi(), [gpu_node("n1", 4)], [gpu_pod("a", 1)])
-    gc.disable()
-    try:
-        sched.cycle(1e9)
-        last = weakref.ref(sched._shape_of.__self__)  # type: ignore[attr-defined]
-        sched._collect()
-        assert last() is None
-    finally:
-        gc.enable()

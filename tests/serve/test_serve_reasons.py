@@ -129,7 +129,7 @@ def test_a_reason_is_saved_once_until_it_changes_and_a_skipped_job_takes_its_sha
     its request shape says what that job says; a job no cycle has spoken of is behind others."""
     from trimtab.model import Job, Resources
     from trimtab.policy import Cause, Code, Decision, Status
-    from trimtab.serve.reasons import ReasonBook
+    from trimtab.waits import ReasonBook
 
     jobs = [Job(id=str(k), submit_s=0.0, tasks=1, task=Resources(gpus=1), tenant=t) for k, t in
             ((3, "team-a"), (4, "team-a"), (5, "team-b"))]

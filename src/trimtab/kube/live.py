@@ -1,11 +1,12 @@
 """The live scheduler of a Kubernetes cluster: informers -> snapshot -> the Scheduler's cycle -> the API.
 
-Owns KubeScheduler. Each cycle reads a Snapshot, runs the same Scheduler and Profile as simulation and serve over
-it, and applies the Decision as Kubernetes expects of a scheduler: pods/binding for starts (a gang all or nothing:
-a bind that fails midway evicts the members already bound and the gang is tried again), the Eviction API for
-preemption victims (the preemptor waits, nominated, until they are gone), and PodScheduled=False / Unschedulable
-with an Event naming what blocked each pod it cannot place. Events are best effort (events.py): dropped, never
-waited for, when more are queued than the API takes."""
+Owns KubeScheduler. Each cycle reads a Snapshot, brings the one Scheduler it keeps while leading up to it
+(kube/books.py), runs the same world loop as simulation and serve (world.py), and applies the Decision as
+Kubernetes expects of a scheduler: pods/binding for starts (a gang all or nothing: a bind that fails midway evicts
+the members already bound and the gang is tried again), the Eviction API for preemption victims (the preemptor
+waits, nominated, until they are gone), and PodScheduled=False / Unschedulable with an Event naming what blocked
+each pod it cannot place. Events are best effort (events.py): dropped, never waited for, when more are queued than
+the API takes."""
 
 from __future__ import annotations
 
@@ -15,7 +16,6 @@ import logging
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable
 from concurrent import futures
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -24,22 +24,22 @@ from typing import Any
 
 from lightkube import ApiError
 
+from trimtab.cluster import Allocation
 from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.books import LiveBooks
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
-from trimtab.kube.view import ClusterView
-from trimtab.model import Job
+from trimtab.model import Job, JobState
 from trimtab.profile import Profile, profile_for_manifests
 from trimtab.scheduler import Scheduler
-from trimtab.serve.reasons import ReasonBook
+from trimtab.world import Actuator
 
 log = logging.getLogger(__name__)
 
 ASSUME_S = 30.0  # a binding not yet seen by the pod informer counts as bound this long
-HISTORY_JOBS = 2000  # completed pods kept for the policies that learn from them (qssf's predicted run time)
 WRITERS = 16  # bindings in flight at once (kube-scheduler binds in goroutines, not one by one)
 REPORTERS = 4  # Unschedulable conditions in flight at once, on threads of their own: bindings never wait behind them
 FULL_GC_S = 300.0  # a full garbage collection (it scans every object the informers hold) at most this often
@@ -76,14 +76,18 @@ class Counters:
     evicted: int = 0
 
 
-class KubeScheduler:
+class KubeScheduler(Actuator):
     """Schedules the pods whose spec.schedulerName is the API's scheduler name. `run(stop)` blocks until `stop`
-    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly).
+    is set; `cycle(now_s)` runs one cycle on the informers' current objects (tests call it directly). It keeps
+    one Scheduler for as long as it leads (`books`, kube/books.py) and is its world loop's actuator: it cannot
+    resize running pods or load data (`cannot`).
 
     The API writes of a cycle run on writer threads while the next cycles decide, as kube-scheduler binds
     asynchronously: a pod being bound is assumed bound (it holds its node's GPUs) until the informer shows it, or
     forgotten if its gang's binding fails. Each write's outcome is booked on the cycle's thread, at the start of
     the next cycle (`_settle`); Events go out on a thread of their own, best effort (`events`)."""
+
+    cannot = frozenset({"resizes", "prefetches"})
 
     def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
         self.api = api
@@ -101,19 +105,16 @@ class KubeScheduler:
         self._assumed: dict[str, tuple[str, float]] = {}
         self._now_s = 0.0  # the current cycle's time
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
-        # each pending job's latest reason, as `trimtab serve` keeps it: a job a cycle skipped (its shape already
-        # blocked) takes the reason of the job of its shape the cycle examined, or its own from an earlier cycle
-        self.reasons = ReasonBook(lambda job: self._shape_of(job))
-        self._shape_of: Callable[[Job], Any] = lambda job: job.id
         self._composed, self._composed_key = profile, ("", False, False)
-        # what outlives a cycle's Scheduler (built afresh from each snapshot): the pods completed so far
-        self.history: deque[tuple[Job, float]] = deque(maxlen=HISTORY_JOBS)
+        # the one Scheduler, kept while this replica leads; its world loop acts through this class (the Actuator)
+        self.books = LiveBooks(self)
+        self._wake_at_s = math.inf  # the loop's next wake-up (`wake_at`)
+        self._cycle: tuple[Snapshot, CycleReport] | None = None  # the snapshot and report of the cycle acting
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
         self._reports = ThreadPoolExecutor(REPORTERS, thread_name_prefix="trimtab-kube-report")
         self.events = EventRecorder(api.record_event)
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
-        self.view = ClusterView()  # the nodes with the bound pods booked, kept between cycles
         self._last_cycle_s = batch_s  # how long the loop waits for a burst (`_loop`)
         self._full_gc_at = time.monotonic()  # see `_collect`
 
@@ -141,8 +142,9 @@ class KubeScheduler:
             self._collect()
             if leader is not None and not leader.leading.wait(1.0):
                 self._assumed.clear()  # a new term starts from what the cluster shows
+                self.books.drop()
                 continue
-            self._wake.wait(self.resync_s)
+            self._wake.wait(min(self.resync_s, max(self._wake_at_s - time.time(), 0.0)))
             if stop.is_set() or (leader is not None and not leader.leading.is_set()):
                 continue
             # let a burst of events arrive before reading them, for as long as a cycle takes (at most batch_s):
@@ -153,20 +155,23 @@ class KubeScheduler:
                 self._last_cycle_s = self.cycle(time.time(), wait=False).seconds
             except Exception:  # one bad cycle must not stop the scheduler; the next reads afresh
                 log.exception("scheduling cycle failed")
+                self.books.drop()
 
     def _collect(self) -> None:
         """Python's cyclic garbage collection, between cycles rather than whenever allocations trigger it. Left to
-        itself it ran a full collection every few seconds of a burst (each cycle's Scheduler is cyclic garbage once
-        the next replaces it, and it piled up in the oldest generation), each scanning every object the informers
-        hold: 0.1-0.26 s at 2,000 pods on the development machine, stalls that set the p99 of binding. Here, with
-        the last cycle's Scheduler let go: the young generations (what was allocated since the last call: that
-        Scheduler, now garbage, and the objects the watches added, which live on in the oldest generation), and a
-        full collection every FULL_GC_S."""
-        self._shape_of = lambda job: job.id  # the last cycle's Scheduler (its `shape`) is garbage from here on
+        itself it ran a full collection every few seconds of a burst, each scanning every object the informers
+        hold (0.1-0.26 s at 2,000 pods on the development machine): stalls that set the p99 of binding. Here:
+        the young generations (what was allocated since the last call, and the objects the watches added, which
+        live on in the oldest generation), and a full collection every FULL_GC_S."""
         gc.collect(1)
         if time.monotonic() - self._full_gc_at >= FULL_GC_S:
             gc.collect()
             self._full_gc_at = time.monotonic()
+
+    @property
+    def history(self) -> list[tuple[Job, float]]:
+        """The jobs completed while this replica led, and their run times (what the policies learn from)."""
+        return self.books.scheduler.history if self.books.loop is not None else []
 
     def cycle(self, now_s: float, wait: bool = True) -> CycleReport:
         """One cycle. With `wait`, it returns once its writes are done and booked (in its report); without, they
@@ -188,12 +193,10 @@ class KubeScheduler:
             report.gpus_allocated[node] = report.gpus_allocated.get(node, 0) + job.gpus
         for job in snap.pending:
             report.pending_by_tenant[job.tenant] = report.pending_by_tenant.get(job.tenant, 0) + 1
-        self.history.extend(snap.completed)
         reports = list(snap.unreadable)  # (pod, why it waits) to write, as the cycle finds them
         for gang, pods in snap.broken_gangs.items():
             self._restart_gang(gang, pods)
-        if snap.pending:
-            self._schedule(snap, now_s, report, reports)
+        self._schedule(snap, now_s, report, reports)
         written = time.perf_counter()
         self._report_all(reports)
         if wait:
@@ -217,55 +220,101 @@ class KubeScheduler:
                         for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
-        present = {node["metadata"]["name"] for node in self.informers["nodes"].items()}
-        booked = self.view.update(snap.nodes, snap.holding, present)
-        scheduler = Scheduler(self.view.copy(), self._profile_for(snap))
-        scheduler.history = list(self.history)
-        scheduler.framework.explains = True  # each waiting job's reason in words, as kube-scheduler words them
-        self._shape_of = scheduler.shape
-        for job, alloc, start_s in booked:
-            scheduler.adopt(job, alloc, start_s, booked=True)
-        for job in snap.pending:
-            scheduler.submit(job, now_s)
-        decision = scheduler.cycle(now_s)
-        self.reasons.note(decision, scheduler.pending())
-        victims = set(decision.preemptions)
-        freed_nodes = {node for job, node, _ in snap.holding if job.id in victims} if victims else set()
+        loop = self.books.sync(snap, self._profile_for(snap), now_s)
         wrote = time.perf_counter()
-        self._evict_victims(decision.preemptions)
-        acted: set[str] = set()  # bound, nominated or rolled back: not reported as unschedulable
+        self._cycle = (snap, report)
+        try:
+            self._place([(loop.scheduler.jobs[job_id], nodes) for job_id, nodes in self.books.ready_to_bind()],
+                        now_s, nominate=False)
+            self._wake_at_s = math.inf
+            loop.cycle(now_s)
+        finally:
+            self._cycle = None
+        report.write_s = time.perf_counter() - wrote
+        assert loop.reasons is not None
+        state = loop.scheduler.state
+        for job in snap.pending:
+            if state.get(job.id) is JobState.PENDING:
+                report.unschedulable += 1
+                reports += [(pod, loop.reasons.latest(job.id).reason) for pod in snap.pods_of[job.id]]
+
+    # ------------------------------------------------------------------------------- the loop's actuator
+
+    def wake_at(self, time_s: float) -> None:
+        self._wake_at_s = min(self._wake_at_s, time_s)
+        if time_s <= time.time():
+            self._wake.set()
+
+    def preempt(self, victims: list[str], now_s: float) -> None:
+        """Evict every bound pod of each victim through the Eviction API (a pod of another scheduler's: that pod).
+        Their pods are `evicting` until gone: the GPUs are the preemptor's, which waits for them, nominated."""
+        by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
+        books = self.books
+        for job_id in victims:
+            for uid, node in books.pods_of.pop(job_id, []):
+                books.evicting[uid] = (node, now_s)
+                pod = by_uid.get(uid)
+                if pod is not None and self._try(self.api.evict, pod["metadata"]["namespace"],
+                                                 pod["metadata"]["name"]):
+                    self.counters.evicted += 1
+                    self._record(pod, "Preempted", "trimtab: preempted by a higher-priority job", True)
+            if job_id.startswith("bound:"):
+                books.scheduler.forget(job_id)  # not a job of ours: nothing of it comes back to the queue
+
+    def start(self, starts: list[tuple[Job, Allocation]], now_s: float) -> None:
+        """Bind each start's pods to the nodes of its allocation, or nominate them where a victim's pod is still
+        going."""
+        scheduler = self.books.scheduler
+        self._place([(job, self._nodes_of(scheduler, alloc)) for job, alloc in starts], now_s, nominate=True)
+
+    def _place(self, starts: list[tuple[Job, list[str]]], now_s: float, nominate: bool) -> None:
+        """Bind (or, with `nominate`, nominate where a victim's pod is still going) each job's pods to its nodes,
+        in task order; a job whose pods are not all in the cycle's snapshot goes back to the queue."""
+        assert self._cycle is not None
+        snap, report = self._cycle
+        books = self.books
+        blocked = {node for node, _ in books.evicting.values()} if nominate else set()
         binds: list[tuple[Job, list[str]]] = []
-        for job, alloc in decision.starts:
-            nodes = [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
-                     for _ in range(int(c))]
-            acted.add(job.id)
-            if freed_nodes.intersection(nodes):
-                self._nominate(snap, job, nodes)
+        for job, nodes in starts:
+            pods = snap.pods_of.get(job.id, [])
+            if len(pods) != len(nodes):
+                books.nominated.pop(job.id, None)
+                books.scheduler.stopped(job.id, now_s, JobState.PENDING)
+                continue
+            books.pods_of[job.id] = [(pod["metadata"]["uid"], node) for pod, node in zip(pods, nodes, strict=True)]
+            books.job_of_pod.update((pod["metadata"]["uid"], job.id) for pod in pods)
+            if blocked.intersection(nodes):
+                books.nominated[job.id] = (nodes, now_s)
+                for pod, node in zip(pods, nodes, strict=True):
+                    self._try(self.api.nominate, pod["metadata"]["namespace"], pod["metadata"]["name"], node)
             else:
                 binds.append((job, nodes))
-        self._bind_all(snap, binds, now_s, report)
-        report.write_s = time.perf_counter() - wrote
-        for job in snap.pending:
-            if job.id not in acted:
-                report.unschedulable += 1
-                reports += [(pod, self.reasons.latest(job.id).reason) for pod in snap.pods_of[job.id]]
+        self._bind_all(snap, binds, report)
+
+    @staticmethod
+    def _nodes_of(scheduler: Scheduler, alloc: Allocation) -> list[str]:
+        return [scheduler.cluster.nodes[int(i)].name for i, c in zip(alloc.nodes, alloc.counts, strict=True)
+                for _ in range(int(c))]
 
     def _profile_for(self, snap: Snapshot) -> Profile:
         """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
         them (quotas as admission, the min-member rule of gangs with followers, PreferNoSchedule taints scored);
-        composed again only when what it depends on changes."""
-        key = (repr([q.as_args() for q in snap.quotas]), any(job.after for job in snap.pending),
+        composed again only when what it depends on changes (a new profile rebuilds the Scheduler, so the
+        min-member rule, once needed, stays: it holds nothing back when no gang has followers)."""
+        followers = self._composed_key[1] or any(job.after for job in snap.pending)
+        key = (repr([q.as_args() for q in snap.quotas]), followers,
                any(t.effect == "PreferNoSchedule" for node in snap.nodes for t in node.taints))
         if key != self._composed_key:
             manifests = Manifests(nodes=snap.nodes, jobs=snap.pending, quotas=snap.quotas, launches=snap.launches)
             self._composed, warnings = profile_for_manifests(self.profile, manifests)
+            if followers and "min-member" not in self._composed.enabled("admit"):
+                self._composed = self._composed.with_admission("min-member", {})
             self._composed_key = key
             for warning in warnings:
                 log.warning("%s", warning)
         return self._composed
 
-    def _bind_all(self, snap: Snapshot, binds: list[tuple[Job, list[str]]], now_s: float,
-                  report: CycleReport) -> None:
+    def _bind_all(self, snap: Snapshot, binds: list[tuple[Job, list[str]]], report: CycleReport) -> None:
         """Start binding a cycle's starts, WRITERS jobs at a time (each job's pods in order, all or none:
         `_bind_gang`); their pods are assumed bound meanwhile."""
         for job, nodes in binds:
@@ -275,12 +324,12 @@ class KubeScheduler:
                 self._reported.pop(pod["metadata"]["uid"], None)
             reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
             self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting),
-                         functools.partial(self._bound, pods))
+                         functools.partial(self._bound, job.id, pods))
         report.binding += len(binds)
 
-    def _bound(self, pods: list[Obj], bound: bool, report: CycleReport) -> None:
-        """Book a gang's binding: all its pods bound, or none (they are no longer assumed: the next cycle reads
-        them pending again)."""
+    def _bound(self, job_id: str, pods: list[Obj], bound: bool, report: CycleReport) -> None:
+        """Book a gang's binding: all its pods bound, or none (they are no longer assumed, and the job is back in
+        the queue: the next cycle reads its pods pending again)."""
         if bound:
             report.scheduled += 1
             self.counters.bound += len(pods)
@@ -292,6 +341,9 @@ class KubeScheduler:
         self.counters.gang_rollbacks += 1
         for pod in pods:
             self._assumed.pop(pod_key(pod), None)
+        if self.books.loop is not None and job_id in self.books.scheduler.running:
+            self.books.pods_of.pop(job_id, None)
+            self.books.scheduler.stopped(job_id, self._now_s, JobState.PENDING)
 
     def _submit(self, pool: ThreadPoolExecutor, write: Callable[[], bool],
                 book: Callable[[bool, CycleReport], None]) -> Future[bool]:
@@ -351,21 +403,6 @@ class KubeScheduler:
                 self.counters.evicted += 1
                 self._record(pod, "GangRestarted", f"trimtab: gang {gang} lost a member with its node "
                              f"({pod['spec'].get('nodeName')}), restarted whole", True)
-
-    def _evict_victims(self, victims: list[str]) -> None:
-        if not victims:
-            return
-        by_uid = {pod["metadata"]["uid"]: pod for pod in self.informers["pods"].items()}
-        for job_id in victims:
-            pod = by_uid.get(job_id.removeprefix("bound:"))
-            if pod is not None and self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"]):
-                self.counters.evicted += 1
-                self._record(pod, "Preempted", "trimtab: preempted by a higher-priority job", True)
-
-    def _nominate(self, snap: Snapshot, job: Job, nodes: list[str]) -> None:
-        for pod, node in zip(snap.pods_of[job.id], nodes, strict=True):
-            meta = pod["metadata"]
-            self._try(self.api.nominate, meta["namespace"], meta["name"], node)
 
     # ------------------------------------------------------------------------------------------- reports
 

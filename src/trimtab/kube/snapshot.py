@@ -49,8 +49,12 @@ class Snapshot:
     # PodGroups of this scheduler with a member lost with its node (`member_lost`): every live member, to restart
     # whole
     broken_gangs: dict[str, list[Obj]] = field(default_factory=dict)
-    # pods that held capacity in the previous snapshot and have Succeeded since: (one-pod Job, run seconds)
+    # pods that held capacity in the previous snapshot, or this scheduler's bound pods not seen Succeeded in it,
+    # that have Succeeded since: (one-pod Job, run seconds)
     completed: list[tuple[Job, float]] = field(default_factory=list)
+    # this scheduler's pods in `holding`: one-pod Job id -> the id of the job they were pending as (the gang's
+    # "namespace/name", or the pod's own key)
+    owner_of: dict[str, str] = field(default_factory=dict)
 
 
 def pod_key(obj: Obj) -> str:
@@ -132,6 +136,7 @@ class SnapshotReader:
         self._owners_read: set[tuple[str, str]] = set()  # (namespace, name) of every owner read (owners.py)
         self.scheduler_name = scheduler_name
         self._holding_jobs: dict[str, Job] = {}
+        self._succeeded: set[str] = set()  # the uids of the Succeeded pods of the last snapshot
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
         # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
         self._facts: dict[int, tuple[Obj, PodFacts]] = {}
@@ -189,6 +194,7 @@ class SnapshotReader:
         mine: list[Obj] = []
         seen: set[str] = set()
         facts_cache, self._facts = self._facts, {}
+        done_before, done = self._succeeded, set()
         for pod in pods:
             facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
             self._facts[id(pod)] = facts
@@ -197,8 +203,10 @@ class SnapshotReader:
                 group = None  # an owner that makes no gang (or not read yet): its pods are on their own
             node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
-                if phase == "Succeeded" and uid in self._holding_jobs:
-                    out.completed.append((self._holding_jobs[uid], _run_s(pod)))
+                if phase == "Succeeded":
+                    done.add(uid)
+                    if uid in self._holding_jobs or (ours and node and uid not in done_before):
+                        out.completed.append((self._holding_job(pod), _run_s(pod)))
                 continue
             if not node:
                 if ours:
@@ -211,8 +219,12 @@ class SnapshotReader:
                 if ours:
                     members.setdefault(group, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
             if node in ready:
-                out.holding.append((self._holding_job(pod), node, epoch_s(started)))
+                held = self._holding_job(pod)
+                out.holding.append((held, node, epoch_s(started)))
+                if ours:
+                    out.owner_of[held.id] = f"{group[0]}/{group[1]}" if group else key
         self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
+        self._succeeded = done
         for (ns, group), bound in members.items():
             restart = _members_to_restart(bound)
             if restart:

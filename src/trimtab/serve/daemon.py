@@ -16,14 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import update
 
-from trimtab.cluster import GPU_MILLI, Allocation, ClusterState
-from trimtab.model import Job, JobState
+from trimtab.cluster import GPU_MILLI, ClusterState
+from trimtab.model import JobState
 from trimtab.plugins import default_registry
-from trimtab.policy import Decision, Reservation, Resize, Status
+from trimtab.policy import Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
+from trimtab.serve.actuator import ServeActuator
 from trimtab.serve.attempts import Attempt
 from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
 from trimtab.serve.devices import DeviceBook
@@ -35,11 +36,12 @@ from trimtab.serve.identity import Identities
 from trimtab.serve.launch import Launcher
 from trimtab.serve.limits import TenantLimits
 from trimtab.serve.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path, telemetry_of
-from trimtab.serve.reasons import ReasonBook
 from trimtab.serve.recovery import Recovery
 from trimtab.serve.requests import Requests
-from trimtab.serve.store import JobRow, ResizeRow, RunRow, SampleRow, Store, sqlite_url
+from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
+from trimtab.waits import ReasonBook
 from trimtab.why import explain
+from trimtab.world import WorldLoop, after_failure
 
 log = logging.getLogger("trimtab.serve")
 
@@ -116,11 +118,11 @@ class Daemon:
         # memory hold under every policy, read live
         self.profile = with_live_resizes(base, self.registry).with_admission(
             "quota", {"tenant_gpus": self.requests.quotas, "tenant_caps": self.requests.limits.caps})
-        self.scheduler = Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry)
-        self.scheduler.framework.explains = True  # every waiting job's reason in words (trimtab jobs, the API)
+        # every waiting job's reason in words (trimtab jobs, the API)
+        self.actuator = ServeActuator(self)
+        self.loop = WorldLoop(Scheduler(ClusterState(list(inventory.nodes)), self.profile, self.registry),
+                              self.actuator, explains=True)
         self.cluster = self.scheduler.cluster
-        self.reasons = ReasonBook(lambda job: self.scheduler.shape(job))
-        self._reservations: list[Reservation] = []  # those of the latest cycle that ran (for `why`)
         self.devices = DeviceBook(inventory)
         self.launcher = Launcher(store, executor, self.devices, data_dir, clock, identities, self.requests.limits)
         self.attempts: dict[int, Attempt] = {}  # the current attempt of each job the scheduler counts running
@@ -213,20 +215,10 @@ class Daemon:
             for att in finals:
                 self._finalize(att)
             if self.waiting_launch:
-                self._launch_waiting()
-            ran = self.scheduler.cycles_run
-            t0 = time.perf_counter()
-            decision = self.scheduler.cycle(now)
-            if self.scheduler.cycles_run != ran:
-                seconds = time.perf_counter() - t0
-                for observe in self.cycle_observers:
-                    observe(seconds)
-            if decision.resizes:
-                self._resize(decision.resizes, now)
-            if decision.preemptions or decision.starts:
-                self._apply(decision.preemptions, decision.starts, now)
-            if self.scheduler.cycles_run != ran:
-                self._note_reasons(decision)
+                self.launch_waiting()
+            decision = self.loop.cycle(now)
+            if self.loop.ran:
+                self.actuator.save_reasons(decision)
             if now - self._last_sample_s >= self.sample_every_s:
                 self._sample(now)
             if self.progress.due(now):
@@ -257,8 +249,7 @@ class Daemon:
         nodes = [node for node in found.nodes if node.name in names]
         if not nodes:
             return  # not nodes for the scheduler (e.g. without GPUs in a GPU cluster)
-        self.scheduler = self.scheduler.with_nodes(nodes, self.registry)
-        self.scheduler.framework.explains = True
+        self.loop.scheduler = self.scheduler.with_nodes(nodes, self.registry)
         self.cluster = self.scheduler.cluster
         self.devices.add_nodes(nodes, found)
         for node in nodes:
@@ -313,7 +304,7 @@ class Daemon:
                     else f"attempt {att.number} failed: a task was killed or vanished"
                 if att.failed_detail:
                     reason = f"{reason} ({att.failed_detail})"
-                state = JobState.PENDING if row.failures <= row.max_retries else JobState.FAILED
+                state = after_failure(row.failures, row.max_retries)
             row.state, row.reason = str(state), reason
             row.exit_code = 0 if state is JobState.COMPLETED else failed_code
             if state.terminal:
@@ -323,59 +314,14 @@ class Daemon:
         if state is JobState.COMPLETED:
             self.completed_total += 1
 
-    def _apply(self, preemptions: list[str], starts: list[tuple[Job, Allocation]], now_s: float) -> None:
-        with self.store.session() as s:
-            for victim in preemptions:
-                jid = int(victim)
-                s.execute(update(JobRow).where(JobRow.id == jid).values(
-                    state="pending", preemptions=JobRow.preemptions + 1, reason="preempted"))
-            for job, _alloc in starts:
-                row = s.get(JobRow, int(job.id))
-                assert row is not None
-                row.state, row.attempts, row.reason = "running", row.attempts + 1, ""
-                if row.first_start_s is None:
-                    row.first_start_s = now_s
-        for victim in preemptions:
-            att = self.attempts.pop(int(victim))
-            att.stop_reason = "preempted"
-            if not att.launched:
-                self.waiting_launch.remove(att)
-            for run in att.live.values():
-                self.executor.stop(run.run_id, self.grace_s)
-        with self.store.reader() as s:
-            numbers = {job_id: attempts for job_id, attempts in s.execute(select(JobRow.id, JobRow.attempts).where(
-                JobRow.id.in_([int(j.id) for j, _ in starts])))}
-        for job, alloc in starts:
-            att = Attempt(int(job.id), numbers[int(job.id)], alloc)
-            self.attempts[att.job_id] = att
-            self.waiting_launch.append(att)
-        self._launch_waiting()
+    @property
+    def scheduler(self) -> Scheduler:
+        return self.loop.scheduler
 
-    def _resize(self, resizes: list[Resize], now_s: float) -> None:
-        """Carry out the cycle's resizes (already booked by the scheduler) as restarts: the job's current attempt
-        is stopped with the grace of a preemption, and a new attempt on the new allocation launches once those
-        tasks are gone and their GPUs free (told TRIMTAB_RESIZED=1 and the new WORLD_SIZE). Each is recorded."""
-        with self.store.session() as s:
-            for resize in resizes:
-                row = s.get(JobRow, int(resize.job_id))
-                assert row is not None
-                row.attempts, row.resizes = row.attempts + 1, row.resizes + 1
-                s.add(ResizeRow(job_id=row.id, t_s=now_s, from_tasks=resize.before.tasks,
-                                to_tasks=resize.alloc.tasks, attempt=row.attempts))
-                old = self.attempts[row.id]
-                old.stop_reason = "resized"
-                if not old.launched:
-                    self.waiting_launch.remove(old)
-                for run in old.live.values():
-                    self.executor.stop(run.run_id, self.grace_s)
-                scaling = self.scheduler.jobs[resize.job_id].scaling
-                if isinstance(scaling, LiveScaling):
-                    scaling.latest = None  # what it reported was at the old size (its curve keeps it)
-                att = Attempt(row.id, row.attempts, resize.alloc, resized=True)
-                self.attempts[row.id] = att
-                self.waiting_launch.append(att)
-                log.info("job %d resized from %d to %d tasks", row.id, resize.before.tasks, resize.alloc.tasks)
-        self._launch_waiting()
+    @property
+    def reasons(self) -> ReasonBook:
+        assert self.loop.reasons is not None
+        return self.loop.reasons
 
     def _read_progress(self, now_s: float) -> None:
         """What the current attempts report (and, on NVML GPUs, their utilisation) into their jobs' LiveScaling;
@@ -404,19 +350,6 @@ class Daemon:
                 self.wake()
             return {"id": job_id, "attempt": att.number, "gpus": att.alloc.gpus}
 
-    def _note_reasons(self, decision: Decision) -> None:
-        """Why each pending job waits after a cycle that ran (ReasonBook); the reasons that changed are written to
-        the store, so a queue that waits for the same reasons costs no write per cycle."""
-        pending = self.scheduler.pending()
-        self.reasons.note(decision, pending)
-        self._reservations = decision.reservations
-        changed = self.reasons.unsaved(pending)
-        if changed:
-            with self.store.session() as s:
-                for job_id, text in changed:
-                    s.execute(update(JobRow).where(JobRow.id == int(job_id), JobRow.state == "pending")
-                              .values(reason=text))
-
     def why(self, job_id: int) -> Status | None:
         """Why a pending job waits now and what would let it start (`why.explain` over the current books: the
         latest reason of an admit plugin, else the fit counted now); None when the scheduler does not queue it."""
@@ -426,9 +359,9 @@ class Daemon:
             if job is None or self.scheduler.state.get(key) is not JobState.PENDING:
                 return None
             return explain(job, self.scheduler.context(self.clock()), self.scheduler.framework.filter,
-                           self.reasons.latest(key), self._reservations)
+                           self.reasons.latest(key), self.actuator.reservations)
 
-    def _launch_waiting(self) -> None:
+    def launch_waiting(self) -> None:
         self._failed_launches += self.launcher.launch(self.waiting_launch, self.cluster)
 
     def _sample(self, now_s: float) -> None:
@@ -437,8 +370,6 @@ class Daemon:
             s.add(SampleRow(t_s=now_s, gpus_allocated=self.cluster.allocated_gpus,
                             gpus_total=self.cluster.total_gpus, pending=len(self.scheduler.context(now_s).pending),
                             running=len(self.scheduler.running), completed_total=self.completed_total))
-
-    # -------------------------------------------------------------------------------------------- snapshots
 
     # -------------------------------------------------------------------------------------------- snapshots
 

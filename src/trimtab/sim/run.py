@@ -7,7 +7,6 @@ from the fault driver (faults.py), run times from the run-time models (models.py
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -17,7 +16,7 @@ import numpy as np
 from trimtab.cluster import Allocation, ClusterState
 from trimtab.metrics import Recorder
 from trimtab.model import Job, JobState, Node, Outcome
-from trimtab.policy import Observations, Resize
+from trimtab.policy import Decision, Observations, Resize
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
 from trimtab.sim.data import assign_datasets
@@ -26,6 +25,7 @@ from trimtab.sim.faults import FaultDriver, Faults, FaultSpec
 from trimtab.sim.load import Burst, apply_load
 from trimtab.sim.models import ScalingSpeed, build_models, data_config, parse_speed
 from trimtab.sim.speed import ReferenceSpeed, SpeedModel
+from trimtab.world import Actuator, WorldLoop, after_failure
 
 # Share of a node link (and of each rack uplink a gang spans) that a multi-node gang of communication
 # sensitivity 1 keeps busy with its own traffic: an ASSUMPTION for net_util only (it does not change run times).
@@ -87,15 +87,17 @@ class _Attempt:
     net_busy: float = 0.0
 
 
-class SimWorld:
-    """The simulated world: applies the scheduler's Decisions on the event heap, and turns arrivals, finishes,
-    failures and what it observes into Scheduler calls. It is the FaultTarget its fault driver acts through."""
+class SimWorld(Actuator):
+    """The simulated world: the actuator of its world loop (it carries out the Decisions on the event heap), and
+    what turns arrivals, finishes, failures and what it observes into Scheduler calls. It is the FaultTarget its
+    fault driver acts through."""
 
     def __init__(self, nodes: Sequence[Node], profile: Profile, config: SimConfig, speed: SpeedModel | None,
                  total_jobs: int, registry: Registry | None = None) -> None:
         self.engine = Engine()
         self.cluster = ClusterState(nodes)
         self.scheduler = Scheduler(self.cluster, profile, registry, seed=config.seed)
+        self.loop = WorldLoop(self.scheduler, self)
         self.recorder = Recorder(self.cluster, config.window_s)
         self.config = config
         self.total_jobs = total_jobs
@@ -135,30 +137,39 @@ class SimWorld:
 
     def tick(self, time_s: float) -> None:
         self.ticks.discard(time_s)
-        ran = self.scheduler.cycles_run
-        t0 = time.perf_counter()
-        decision = self.scheduler.cycle(time_s)
-        wall_ms = (time.perf_counter() - t0) * 1000.0
-        if self.scheduler.cycles_run != ran:
-            self.recorder.cycle(wall_ms, len(decision.starts) + len(decision.preemptions))
-            self.recorder.waiting(time_s, decision.waiting, decision.stalled)
-            self.recorder.evicted(decision.evictions)
-        for victim in decision.preemptions:
-            self.stop(victim, Outcome.PREEMPTED)
-        for job, alloc in decision.starts:
-            self.start(job, alloc)
-        for resize in decision.resizes:
-            self.resize(resize)
-        if any(resize.shrinks for resize in decision.resizes):
-            self.want_cycle(time_s)  # the GPUs a shrink freed go to the waiting jobs now
-        if self.data is not None:
-            for job, targets in decision.prefetches:
-                for node in targets:
-                    self.data.prefetch(job.dataset, job.dataset_gb, int(node), time_s)
-        if decision.wake_s is not None and decision.wake_s > time_s:
-            self.want_cycle(decision.wake_s)
+        self.loop.cycle(time_s)
 
-    def start(self, job: Job, alloc: Allocation, restart_s: float | None = None) -> None:
+    # ------------------------------------------------------------------------ the loop's actuator (world.py)
+
+    def cycled(self, decision: Decision, seconds: float, now_s: float) -> None:
+        self.recorder.cycle(seconds * 1000.0, len(decision.starts) + len(decision.preemptions))
+        self.recorder.waiting(now_s, decision.waiting, decision.stalled)
+        self.recorder.evicted(decision.evictions)
+
+    def preempt(self, victims: list[str], now_s: float) -> None:
+        for victim in victims:
+            self.stop(victim, Outcome.PREEMPTED)
+
+    def start(self, starts: list[tuple[Job, Allocation]], now_s: float) -> None:
+        for job, alloc in starts:
+            self.run_attempt(job, alloc)
+
+    def resize(self, resizes: list[Resize], now_s: float) -> None:
+        for resize in resizes:
+            self._resize(resize)
+
+    def prefetch(self, prefetches: list[tuple[Job, np.ndarray]], now_s: float) -> None:
+        if self.data is not None:  # a world without a data model has no dataset to load
+            for job, targets in prefetches:
+                for node in targets:
+                    self.data.prefetch(job.dataset, job.dataset_gb, int(node), now_s)
+
+    def wake_at(self, time_s: float) -> None:
+        self.want_cycle(time_s)
+
+    # ------------------------------------------------------------------------------------------------ attempts
+
+    def run_attempt(self, job: Job, alloc: Allocation, restart_s: float | None = None) -> None:
         """Start an attempt of `job` on `alloc`; it makes progress after `restart_s` (default: the run's restart
         cost for a job that ran before, none for a first start)."""
         now = self.engine.now_s
@@ -209,7 +220,7 @@ class SimWorld:
             for rack in racks:
                 self.meter.change(now_s, len(self.cluster) + int(rack), share)
 
-    def resize(self, resize: Resize) -> None:
+    def _resize(self, resize: Resize) -> None:
         """A resized job: its attempt checkpoints (it keeps all its progress) and restarts on the new allocation,
         making progress again after its `Elastic.resize_s`."""
         job = self.scheduler.jobs[resize.job_id]
@@ -217,7 +228,7 @@ class SimWorld:
         self.scheduler.credit(job.id, executed)
         self.recorder.run_ended(job.id, self.engine.now_s, Outcome.RESIZED, executed - att.executed_before_s,
                                 requeued=True)
-        self.start(job, resize.alloc, job.elastic.resize_s if job.elastic is not None else self.config.restart_s)
+        self.run_attempt(job, resize.alloc, job.elastic.resize_s if job.elastic is not None else self.config.restart_s)
 
     def stop(self, job_id: str, outcome: Outcome) -> None:
         """A preempted attempt (the scheduler has already queued the job again): keep progress to the last
@@ -246,7 +257,7 @@ class SimWorld:
         failures = self.own_failures[job_id] = self.own_failures.get(job_id, 0) + 1
         limit = job.max_retries if job.max_retries is not None else self.max_retries
         useful = kept - att.executed_before_s
-        if failures <= limit:
+        if after_failure(failures, limit) is JobState.PENDING:
             assert self.faults is not None
             backoff = self.faults.backoff_s(failures)
             self.scheduler.stopped(job_id, now, JobState.PENDING, executed_s=kept, enqueue=backoff <= 0)

@@ -1,0 +1,174 @@
+"""One Scheduler for as long as trimtab leads (kube/books.py), against a fake API: it lives across cycles, a job
+keeps its identity and its credit when its controller recreates its pods, a preemptor binds once its victims are
+gone, and jobs whose pods are gone are let go."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
+
+from kube_objects import gpu_node, gpu_pod, pod_group
+from test_kube_cycle import LATER_S, FakeApi, scheduler
+
+from trimtab.kube.books import ORPHAN_S
+from trimtab.model import JobState
+
+URGENT = {"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "urgent"},
+          "value": 1000}
+
+
+def _nominating(api: FakeApi) -> list[tuple[str, str]]:
+    nominated: list[tuple[str, str]] = []
+    api.nominate = lambda ns, name, node: nominated.append((name, node))  # type: ignore[method-assign]
+    return nominated
+
+
+def test_one_scheduler_lives_across_cycles_while_leading() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 2)])
+    sched.cycle(LATER_S)
+    first = sched.books.scheduler
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("b", 2)])
+    sched.cycle(LATER_S + 1)
+    assert api.bound == {"default/a": "n1", "default/b": "n1"}
+    assert sched.books.scheduler is first and sched.books.rebuilds == 1
+    assert first.state["default/a"] is JobState.RUNNING  # started by the first cycle, still running in the second
+
+
+def test_a_preempted_gang_recreated_by_its_controller_is_the_same_job_with_its_attained_service() -> None:
+    """The Job controller replaces an evicted pod by a new one (a new uid) of the same gang: the same job, which
+    keeps the GPU-seconds it attained (las and steady order by them) and its first submit time."""
+    api = FakeApi()
+    nominated = _nominating(api)
+    low = gpu_pod("w0", 4, group="train", node="n1")  # bound since 10:00, an hour before LATER_S
+    sched = scheduler(api, [gpu_node("n1", 4)], [low, gpu_pod("high", 4, priorityClassName="urgent")],
+                      [pod_group("train", 1)], policy="priority")
+    sched.informers["priorityclasses"].load([URGENT])
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/w0"] and nominated == [("high", "n1")] and api.bound == {}
+    books = sched.books
+    assert books.scheduler.state["default/train"] is JobState.PENDING
+    attained = books.scheduler.prior_attained_gpu_s["default/train"]
+    assert attained == pytest.approx(4 * 3600.0)
+    high = next(p for p in sched.informers["pods"].items() if p["metadata"]["name"] == "high")
+    recreated = gpu_pod("w0-again", 4, group="train", created="2026-12-01T11:00:05Z")
+    sched.informers["pods"].load([high, recreated])  # the victim is gone; its controller made a new pod
+    sched.cycle(LATER_S + 10)
+    assert api.bound == {"default/high": "n1"}  # the preemptor binds once its victim has gone
+    job = books.scheduler.jobs["default/train"]
+    assert books.scheduler.state["default/train"] is JobState.PENDING
+    assert books.scheduler.prior_attained_gpu_s["default/train"] == attained
+    assert job.submit_s < LATER_S  # its first submit time, not the new pod's creation
+    assert books.rebuilds == 1
+
+
+def test_a_bare_pod_evicted_and_not_recreated_is_let_go() -> None:
+    api = FakeApi()
+    _nominating(api)
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("solo", 4, node="n1"),
+                                                 gpu_pod("high", 4, priorityClassName="urgent")], policy="priority")
+    sched.informers["priorityclasses"].load([URGENT])
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/solo"]
+    high = next(p for p in sched.informers["pods"].items() if p["metadata"]["name"] == "high")
+    sched.informers["pods"].load([high])
+    sched.cycle(LATER_S + 1)
+    assert sched.books.scheduler.state["default/solo"] is JobState.PENDING  # held: its pods may come back
+    sched.cycle(LATER_S + 2 + ORPHAN_S)
+    assert "default/solo" not in sched.books.scheduler.state
+    assert "default/solo" not in api.unschedulable
+
+
+def test_a_completed_job_is_forgotten_and_its_name_may_come_again() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 2)])
+    sched.cycle(LATER_S)
+    done: dict[str, Any] = sched.informers["pods"].items()[0]
+    done = {**done, "spec": {**done["spec"], "nodeName": "n1"},
+            "status": {"phase": "Succeeded", "startTime": "2026-12-01T11:00:00Z"}}
+    sched.informers["pods"].load([done])
+    sched.cycle(LATER_S + 60)
+    assert "default/a" not in sched.books.scheduler.state
+    assert [job.id for job, _ in sched.history] == ["default/a"]
+    api.bound.clear()
+    sched.informers["pods"].load([gpu_pod("a", 2)])  # a new pod of the same name
+    sched.cycle(LATER_S + 61)
+    assert api.bound == {"default/a": "n1"}
+
+
+def test_a_node_that_is_not_ready_is_down_in_the_books_until_it_is_ready_again() -> None:
+    api = FakeApi()
+    sched = scheduler(api, [gpu_node("n1", 4), gpu_node("n2", 4)], [])
+    sched.cycle(LATER_S)
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4, ready=False)])
+    sched.informers["pods"].load([gpu_pod("a", 4), gpu_pod("b", 4)])
+    sched.cycle(LATER_S + 1)
+    assert list(api.bound.values()) == ["n1"]
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4)])
+    sched.cycle(LATER_S + 2)
+    assert sorted(api.bound.values()) == ["n1", "n2"] and sched.books.rebuilds == 1
+
+
+def _named(sched: Any, name: str) -> dict[str, Any]:
+    return next(p for p in sched.informers["pods"].items() if p["metadata"]["name"] == name)
+
+
+def test_las_orders_a_preempted_gang_by_the_service_it_attained_before_its_pods_were_recreated() -> None:
+    """Tiresias's LAS on Kubernetes as in simulation: a gang that ran an hour on 4 GPUs (14,400 GPU-s, the lowest
+    queue) is preempted by a new job; its Job controller recreates its pod. When the GPUs free up, a job that
+    arrived after it but has attained nothing goes first. A Scheduler rebuilt every cycle would see the recreated
+    pod with no service and the earlier submit time, and start it first."""
+    api = FakeApi()
+    _nominating(api)
+    old = gpu_pod("old", 4, group="train", node="n1")  # bound since 10:00
+    sched = scheduler(api, [gpu_node("n1", 4)], [old, gpu_pod("new", 4, created="2026-12-01T10:59:00Z")],
+                      [pod_group("train", 1)], policy="las")
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/old"]
+    new = _named(sched, "new")
+    sched.informers["pods"].load([new, gpu_pod("old-2", 4, group="train", created="2026-12-01T11:00:02Z")])
+    sched.cycle(LATER_S + 5)
+    assert api.bound == {"default/new": "n1"}
+    running = {**new, "spec": {**new["spec"], "nodeName": "n1"},
+               "status": {"phase": "Running", "startTime": "2026-12-01T11:00:05Z"}}
+    later = gpu_pod("later", 4, created="2026-12-01T11:00:10Z")
+    sched.informers["pods"].load([running, _named(sched, "old-2"), later])
+    sched.cycle(LATER_S + 10)
+    done = {**running, "status": {"phase": "Succeeded", "startTime": "2026-12-01T11:00:05Z"}}
+    sched.informers["pods"].load([done, _named(sched, "old-2"), _named(sched, "later")])
+    sched.cycle(LATER_S + 100)
+    assert api.bound == {"default/new": "n1", "default/later": "n1"}
+    assert sched.books.scheduler.prior_attained_gpu_s["default/train"] == pytest.approx(4 * 3600.0)
+
+
+def test_guarded_preemption_keeps_its_eviction_budget_across_cycles() -> None:
+    """guarded's budget (GPUs evicted per hour, a fraction of the cluster's) holds over the hour, not per cycle:
+    the second preemptor, a cycle later, waits instead of evicting past it."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.model_validate({"name": "guarded-live", "order": ["priority", "fifo"],
+                                      "preempt": [{"guarded": {"budget_per_hour": 0.5}}]})
+    api = FakeApi()
+    _nominating(api)
+    sched = KubeScheduler(api, profile)  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 8)])
+    sched.informers["priorityclasses"].load([URGENT])
+    sched.informers["pods"].load([gpu_pod("low1", 4, node="n1"), gpu_pod("low2", 4, node="n1"),
+                                  gpu_pod("high1", 4, priorityClassName="urgent")])
+    sched.cycle(LATER_S)
+    assert len(api.evicted) == 1  # 4 of 8 GPUs: the whole budget of the hour
+    kept = next(n for n in ("low1", "low2") if f"default/{n}" not in api.evicted)
+    sched.informers["pods"].load([_named(sched, kept), _named(sched, "high1"),
+                                  gpu_pod("high2", 4, priorityClassName="urgent")])
+    sched.cycle(LATER_S + 5)
+    assert api.bound == {"default/high1": "n1"}
+    high1 = _named(sched, "high1")
+    sched.informers["pods"].load([_named(sched, kept), {**high1, "spec": {**high1["spec"], "nodeName": "n1"}},
+                                  _named(sched, "high2")])
+    sched.cycle(LATER_S + 600)
+    assert api.bound == {"default/high1": "n1"} and len(api.evicted) == 1
+    assert "default/high2" in api.unschedulable
