@@ -112,6 +112,17 @@ def test_a_node_that_is_not_ready_is_down_in_the_books_until_it_is_ready_again()
     assert sorted(api.bound.values()) == ["n1", "n2"] and sched.books.rebuilds == 1
 
 
+def test_a_ready_node_still_tainted_not_ready_by_the_lifecycle_controller_takes_no_pod_until_the_taint_goes() -> None:
+    api = FakeApi()
+    lingering = [{"key": "node.kubernetes.io/not-ready", "effect": "NoSchedule"}]
+    sched = scheduler(api, [gpu_node("n1", 4, taints=lingering)], [gpu_pod("a", 4)])
+    sched.cycle(LATER_S)
+    assert api.bound == {}
+    sched.informers["nodes"].load([gpu_node("n1", 4)])
+    sched.cycle(LATER_S + 1)
+    assert api.bound == {"default/a": "n1"} and sched.books.rebuilds == 1
+
+
 def _named(sched: Any, name: str) -> dict[str, Any]:
     return next(p for p in sched.informers["pods"].items() if p["metadata"]["name"] == name)
 

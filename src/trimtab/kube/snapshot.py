@@ -121,9 +121,17 @@ def _tolerates(toleration: Obj, taint: Obj) -> bool:
     return toleration.get("key") == taint.get("key") and (toleration.get("value") or "") == (taint.get("value") or "")
 
 
+LIFECYCLE_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
 def node_ready(node: Obj) -> bool:
+    """Whether a node takes new pods: its Ready condition is True and none of the node lifecycle controller's
+    taints (not-ready, unreachable) is on it; they can linger a moment after Ready is True again. trimtab places
+    nothing on such a node, even for a pod that tolerates the taints."""
     conditions = (node.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+    if not any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+        return False
+    return not any(t.get("key") in LIFECYCLE_TAINTS for t in (node.get("spec") or {}).get("taints") or [])
 
 
 class SnapshotReader:
