@@ -2,7 +2,7 @@
 world's Actuator (the seam), and the one reason book of its pending jobs.
 
 Owns Actuator, WorldLoop and the retry rule (`after_failure`). The simulator acts through its event engine
-(sim/run.py), `trimtab serve` through its executors and store (serve/actuator.py), `trimtab kube` through
+(sim/run.py), `trimtab serve` through its executors and store (serve/run/actuator.py), `trimtab kube` through
 bindings, evictions and status writes (kube/live.py). What each world cannot act on it declares in
 `Actuator.cannot`; the loop logs and counts each such field a Decision carries (`WorldLoop.dropped`): none is
 dropped silently."""

@@ -13,7 +13,7 @@ import pytest
 from click.testing import Result
 from serve_helpers import Server, free_port
 
-from trimtab.serve.client import DEFAULT_SERVER, config_file, read_config, resolve, server_url
+from trimtab.serve.http.client import DEFAULT_SERVER, config_file, read_config, resolve, server_url
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import pytest
 
 from trimtab.formats import FormatError, YamlLimits, yaml_document
 from trimtab.profile import Profile
-from trimtab.serve.client import read_config
+from trimtab.serve.http.client import read_config
 from trimtab.sim.faults import FaultSpec
 from trimtab.sim.speed import GpuThroughputs
 

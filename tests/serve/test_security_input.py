@@ -21,7 +21,7 @@ import httpx
 import pytest
 from serve_helpers import SRC, Server
 
-from trimtab.serve.submission import EXCERPT_CHARS
+from trimtab.serve.intake.submission import EXCERPT_CHARS
 
 YAML = {"Content-Type": "application/yaml"}
 

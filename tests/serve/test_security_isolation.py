@@ -23,8 +23,8 @@ import httpx
 import pytest
 from serve_helpers import SRC, Server
 
-from trimtab.serve.identity import Identities, parse_tenant_users, user_name_for
-from trimtab.serve.server import secure_data_dir
+from trimtab.serve.http.server import secure_data_dir
+from trimtab.serve.run.identity import Identities, parse_tenant_users, user_name_for
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="tasks run as per-tenant Unix users only when the server "
                                                            "runs as root (this test process is not root)")

@@ -15,10 +15,10 @@ from trimtab.serve.daemon import Daemon
 from trimtab.serve.errors import ServeError
 from trimtab.serve.executors.base import TaskLaunch
 from trimtab.serve.executors.fake import FakeExecutor
-from trimtab.serve.gpus import from_cluster_file, virtual
-from trimtab.serve.requests import Principal
+from trimtab.serve.intake.requests import Principal
+from trimtab.serve.intake.submission import JobSpec
+from trimtab.serve.run.gpus import from_cluster_file, virtual
 from trimtab.serve.store import JobRow, RunRow, Store, sqlite_url
-from trimtab.serve.submission import JobSpec
 
 ADMIN = Principal(True, None)
 
@@ -441,7 +441,7 @@ def test_an_executor_that_loses_its_world_stops_the_loop_for_good(world: World) 
 def test_a_node_that_joins_takes_a_waiting_job_and_the_books_carry_on(world: World) -> None:
     """An executor that reports a new node (as Ray does when a raylet joins): the daemon takes it from the
     executor's inventory; the job that was waiting starts there on its GPUs, the running one is untouched."""
-    from trimtab.serve.gpus import Inventory
+    from trimtab.serve.run.gpus import Inventory
 
     world.cluster = "1x4"
     d = world.daemon()

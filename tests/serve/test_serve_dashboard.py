@@ -20,7 +20,7 @@ import pytest
 from serve_helpers import Server
 
 from chromium import browsing
-from trimtab.serve.dashboard import DASHBOARD_HTML
+from trimtab.serve.http.dashboard import DASHBOARD_HTML
 
 
 @pytest.fixture(scope="module")

@@ -126,14 +126,14 @@ def test_an_elastic_job_below_its_target_gpu_utilisation_is_shrunk_and_exports_i
 ])
 def test_a_bad_elastic_submission_is_refused_naming_the_field(tmp_path: Path, body: dict[str, Any],
                                                                field: str) -> None:
-    from trimtab.serve.submission import SubmissionError, spec_from_dict
+    from trimtab.serve.intake.submission import SubmissionError, spec_from_dict
 
     with pytest.raises(SubmissionError, match=field):
         spec_from_dict({"command": ["true"], **body})
 
 
 def test_the_scaling_curve_is_learned_from_reports_and_a_bad_report_is_ignored(tmp_path: Path) -> None:
-    from trimtab.serve.progress import LiveScaling, Telemetry, read_report, telemetry_of
+    from trimtab.serve.run.progress import LiveScaling, Telemetry, read_report, telemetry_of
 
     scaling = LiveScaling()
     assert scaling.throughput(4, 1) == 4.0  # nothing reported: linear
@@ -155,7 +155,7 @@ def test_the_scaling_curve_is_learned_from_reports_and_a_bad_report_is_ignored(t
 
 
 def test_a_manifest_with_a_gpu_range_annotation_is_an_elastic_submission() -> None:
-    from trimtab.serve.submission import read_manifest
+    from trimtab.serve.intake.submission import read_manifest
 
     spec = read_manifest("""
 apiVersion: batch/v1

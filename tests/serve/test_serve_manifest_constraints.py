@@ -210,7 +210,7 @@ def test_jobs_stored_before_revision_0005_have_no_constraints(tmp_path: Path) ->
     """Revision 0005 adds `jobs.tolerations`, `affinity` and `labels`; a job stored before reads with none of them
     and becomes the scheduler's Job as it was."""
 
-    from trimtab.serve.attempts import job_of
+    from trimtab.serve.run.attempts import job_of
     from trimtab.serve.store import JobRow
 
     store = store_at_revision(tmp_path / "old.db", "0004", OLD_JOB % '{"zone": "a"}')
@@ -226,7 +226,7 @@ def test_jobs_stored_before_revision_0005_have_no_constraints(tmp_path: Path) ->
 def test_affinity_values_that_are_not_a_list_are_refused_naming_the_field() -> None:
     """Kubernetes, NodeSelectorRequirement.values: an array of strings. A number or a boolean there is a 422
     naming the field (it once raised a TypeError: a 500)."""
-    from trimtab.serve.submission import SubmissionError, spec_from_dict
+    from trimtab.serve.intake.submission import SubmissionError, spec_from_dict
 
     for values in (True, 1.5, "a"):
         term = {"matchExpressions": [{"key": "zone", "operator": "In", "values": values}]}

@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from serve_helpers import OLD_JOB, store_at_revision
 from sqlalchemy import text
 
-from trimtab.serve import gpus
+from trimtab.serve.run import gpus
 from trimtab.serve.store import MIGRATIONS_DIR, Base, Store, sqlite_url
 
 
@@ -102,8 +102,8 @@ def test_live_summary_metrics_follow_their_definitions(tmp_path: Path) -> None:
     1 then 3 completions (throughput_cv = std/mean = 1/2); goodput counts the GPU-seconds of completed attempts
     only; backlogged_util averages samples taken while a job waited. Windows after the last submission do not
     count (DESIGN.md)."""
+    from trimtab.serve.http.views import summary
     from trimtab.serve.store import JobRow, RunRow, SampleRow
-    from trimtab.serve.views import summary
 
     store = Store(sqlite_url(tmp_path / "t.db"))
     store.upgrade()

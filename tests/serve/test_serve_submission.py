@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from trimtab.serve.submission import SubmissionError, parse_body, read_manifest
+from trimtab.serve.intake.submission import SubmissionError, parse_body, read_manifest
 
 POD = """apiVersion: v1
 kind: Pod

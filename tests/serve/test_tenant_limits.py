@@ -13,7 +13,7 @@ import httpx
 import pytest
 from serve_helpers import Server, store_at_revision
 
-from trimtab.serve.limits import TenantLimits, limits_of_flags
+from trimtab.serve.intake.limits import TenantLimits, limits_of_flags
 from trimtab.serve.store import TenantRow
 
 CLUSTER = """\
@@ -262,8 +262,8 @@ def test_a_cluster_whose_every_node_is_tainted_refuses_jobs_with_the_taints(tmp_
     """The taints filter of the scheduler, run at submission: a job without tolerations tolerates no NoSchedule
     taint."""
     from trimtab.model import Job, Resources
-    from trimtab.serve.feasible import Feasibility
-    from trimtab.serve.gpus import from_cluster_file
+    from trimtab.serve.intake.feasible import Feasibility
+    from trimtab.serve.run.gpus import from_cluster_file
 
     (tmp_path / "c.yaml").write_text("nodes:\n  - {name: x, gpus: 2, taints: [{key: gpu, value: h100}]}\n")
     nodes = from_cluster_file(str(tmp_path / "c.yaml")).nodes

@@ -174,8 +174,8 @@ def _from_server(server: str, token: str | None, policy: str, window_s: float) -
     --policy names one."""
     from trimtab.model import Node, Resources
     from trimtab.profile import Profile
-    from trimtab.serve.client import Client, resolve
     from trimtab.serve.errors import ServeError
+    from trimtab.serve.http.client import Client, resolve
     from trimtab.sim.advise import baseline_of_records, history_records, jobs_of_records
     from trimtab.sim.run import SimConfig
 

@@ -1,5 +1,5 @@
 """Where the client commands find their server: `trimtab login SERVER [--token T]` and `trimtab config set | unset
-| show`, which write and read the user's config file (serve/client.py owns where it is and what it holds).
+| show`, which write and read the user's config file (serve/http/client.py owns where it is and what it holds).
 
 Light like every client command: only the HTTP client is loaded, inside the commands."""
 
@@ -31,8 +31,8 @@ def login_cmd(server: Annotated[str, typer.Argument(help="The server's URL, e.g.
     Example: trimtab login http://gpu-box:8470 --token tt_...  The server is asked first, and the token tried, so
     nothing is saved that does not work (--no-check saves without asking). A token saved for another server is
     dropped unless --token gives one."""
-    from trimtab.serve.client import Client, Target, config_file, read_config, server_url, write_config
     from trimtab.serve.errors import ServeError
+    from trimtab.serve.http.client import Client, Target, config_file, read_config, server_url, write_config
 
     path = config_file()
     try:
@@ -76,7 +76,7 @@ def unset_cmd(key: KeyArg) -> None:
 
 def _save(key: str, value: str | None) -> Path:
     """Write `key` (None: remove it) into the user's config file, a server as a URL; returns the file's path."""
-    from trimtab.serve.client import CONFIG_KEYS, config_file, server_url, write_config
+    from trimtab.serve.http.client import CONFIG_KEYS, config_file, server_url, write_config
 
     if key not in CONFIG_KEYS:
         fail(f"unknown setting {key!r}; settings: {', '.join(CONFIG_KEYS)}", 2, errors)
@@ -92,7 +92,7 @@ def _save(key: str, value: str | None) -> Path:
 def show_cmd(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False) -> None:
     """The server and token the client commands would use now, and where each comes from (the token shown by its
     last four characters only)."""
-    from trimtab.serve.client import resolve
+    from trimtab.serve.http.client import resolve
 
     try:
         target = resolve(None, None)

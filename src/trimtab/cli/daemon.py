@@ -82,9 +82,9 @@ def serve_cmd(
     """Run the scheduler as a service on this machine's GPUs, with the API and dashboard. The --tenant-* limits
     hold for every tenant the admin sets no others for (PUT /v1/tenants/NAME)."""
     from trimtab.serve.daemon import ServeConfig
-    from trimtab.serve.identity import parse_tenant_users
-    from trimtab.serve.limits import limits_of_flags
-    from trimtab.serve.server import ServerLost, run_server
+    from trimtab.serve.http.server import ServerLost, run_server
+    from trimtab.serve.intake.limits import limits_of_flags
+    from trimtab.serve.run.identity import parse_tenant_users
 
     _check_backend(gpus, cluster, backend, ray_address, ray_node_ip)
     if backend == "ray" and tenant_user:

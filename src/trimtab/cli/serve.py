@@ -20,7 +20,7 @@ from trimtab.cli.common import console, errors, fail, print_json
 from trimtab.model import parse_gpu_range
 
 if TYPE_CHECKING:
-    from trimtab.serve.client import Client
+    from trimtab.serve.http.client import Client
 
 ServerOpt = Annotated[str | None, typer.Option("--server", help="Server URL (env TRIMTAB_SERVER).")]
 TokenOpt = Annotated[str | None, typer.Option("--token", help="Bearer token (env TRIMTAB_TOKEN).")]
@@ -32,7 +32,7 @@ commands.add_typer(token_app, name="token")
 
 
 def _client(server: str | None, token: str | None) -> Client:
-    from trimtab.serve.client import Client, resolve
+    from trimtab.serve.http.client import Client, resolve
 
     try:
         return Client(resolve(server, token))

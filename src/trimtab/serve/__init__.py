@@ -16,7 +16,7 @@ def __getattr__(name: str) -> Any:
 
         return getattr(daemon, name)
     if name == "run_server":
-        from trimtab.serve.server import run_server
+        from trimtab.serve.http.server import run_server
 
         return run_server
     raise AttributeError(name)

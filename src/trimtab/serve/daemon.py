@@ -24,20 +24,20 @@ from trimtab.plugins import default_registry
 from trimtab.policy import Status
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
-from trimtab.serve.actuator import ServeActuator
-from trimtab.serve.attempts import Attempt
 from trimtab.serve.defaults import DEFAULT_DATA_DIR, DEFAULT_PORT
-from trimtab.serve.devices import DeviceBook
-from trimtab.serve.elastic import with_live_resizes
 from trimtab.serve.executors.base import Executor, ExecutorLost, TaskExit
-from trimtab.serve.feasible import Feasibility
-from trimtab.serve.gpus import Inventory
-from trimtab.serve.identity import Identities
-from trimtab.serve.launch import Launcher
-from trimtab.serve.limits import TenantLimits
-from trimtab.serve.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path, telemetry_of
-from trimtab.serve.recovery import Recovery
-from trimtab.serve.requests import Requests
+from trimtab.serve.intake.feasible import Feasibility
+from trimtab.serve.intake.limits import TenantLimits
+from trimtab.serve.intake.requests import Requests
+from trimtab.serve.run.actuator import ServeActuator
+from trimtab.serve.run.attempts import Attempt
+from trimtab.serve.run.devices import DeviceBook
+from trimtab.serve.run.elastic import with_live_resizes
+from trimtab.serve.run.gpus import Inventory
+from trimtab.serve.run.identity import Identities
+from trimtab.serve.run.launch import Launcher
+from trimtab.serve.run.progress import LiveScaling, ProgressBook, nvml_utilisation, progress_path, telemetry_of
+from trimtab.serve.run.recovery import Recovery
 from trimtab.serve.store import JobRow, RunRow, SampleRow, Store, sqlite_url
 from trimtab.waits import ReasonBook
 from trimtab.why import explain
@@ -52,9 +52,9 @@ class ServeConfig:
     virtual GPUs; with neither, NVML finds the real ones. `grace_s`: SIGTERM-to-SIGKILL delay of a stop.
     `backend` "ray" runs tasks on the Ray cluster at `ray_address`, whose nodes are then the inventory; the
     server joins it through the Ray node of this machine at `ray_node_ip` (Ray's choice if None).
-    `tenant_limits`: every tenant's limits beyond GPUs unless the admin sets others for it (serve/limits.py). Run
+    `tenant_limits`: every tenant's limits beyond GPUs unless the admin sets others for it (serve/intake/limits.py). Run
     as root, tasks run as their tenant's Unix user (`tenant_users` maps tenants to existing users; others get
-    `trimtab-<tenant>`) unless `shared_identity` (see serve/identity.py)."""
+    `trimtab-<tenant>`) unless `shared_identity` (see serve/run/identity.py)."""
 
     data_dir: Path = DEFAULT_DATA_DIR
     db_url: str | None = None
@@ -135,7 +135,7 @@ class Daemon:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._last_sample_s = 0.0
-        self.progress = ProgressBook()  # what running jobs report (serve/progress.py), read every second
+        self.progress = ProgressBook()  # what running jobs report (serve/run/progress.py), read every second
         self.started_s = clock()
         self.fatal: str | None = None  # why the loop stopped for good (the executor lost its tasks' world)
         self.on_fatal: Callable[[], None] | None = None  # called from the loop thread once `fatal` is set
@@ -391,7 +391,7 @@ class Daemon:
 
     def telemetry(self) -> list[dict[str, Any]]:
         """Each running job for /metrics: job id, tenant, GPUs held now, and what it last reported or was measured
-        at (serve/progress.py): samples per second, batch size, GPU utilisation (None or 0: not known)."""
+        at (serve/run/progress.py): samples per second, batch size, GPU utilisation (None or 0: not known)."""
         with self.lock:
             found = []
             for key, run in self.scheduler.running.items():

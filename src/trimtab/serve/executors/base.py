@@ -11,8 +11,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from trimtab.serve.gpus import Inventory
-from trimtab.serve.identity import TaskUser
+from trimtab.serve.run.gpus import Inventory
+from trimtab.serve.run.identity import TaskUser
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trimtab.serve.executors.base import Adoption, Executor, TaskExit, TaskLaunch
-from trimtab.serve.gpus import Inventory
+from trimtab.serve.run.gpus import Inventory
 
 
 @dataclass(slots=True)

@@ -19,7 +19,7 @@ from trimtab.model import Node, Resources
 from trimtab.serve.executors.base import Adoption, Executor, ExecutorLost, TaskExit, TaskLaunch, begin_stop
 from trimtab.serve.executors.ray_actor import TaskActor
 from trimtab.serve.executors.task_wrapper import cut_notice
-from trimtab.serve.gpus import Device, Inventory
+from trimtab.serve.run.gpus import Device, Inventory
 
 NAMESPACE = "trimtab"
 ACTOR_PREFIX = "trimtab-task-"

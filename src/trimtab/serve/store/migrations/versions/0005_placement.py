@@ -1,5 +1,5 @@
 """Jobs keep where they may run: `jobs.tolerations` (a list), `jobs.affinity` (a mapping, NULL for none) and
-`jobs.labels` (the tasks' pod labels), in the shape a Kubernetes pod spec writes them (serve/placement.py).
+`jobs.labels` (the tasks' pod labels), in the shape a Kubernetes pod spec writes them (serve/intake/placement.py).
 Jobs stored before have none of them.
 
 Revision 0005, after 0004."""

@@ -14,14 +14,14 @@ from sqlalchemy.exc import IntegrityError
 from trimtab.cluster import GPU_MILLI, ClusterState
 from trimtab.model import Job
 from trimtab.scheduler import Scheduler
-from trimtab.serve.attempts import job_of
 from trimtab.serve.errors import ServeError
 from trimtab.serve.executors.base import Executor
-from trimtab.serve.feasible import Feasibility
-from trimtab.serve.launch import Launcher
-from trimtab.serve.limits import TenantBook, TenantLimits
+from trimtab.serve.intake.feasible import Feasibility
+from trimtab.serve.intake.limits import TenantBook, TenantLimits
+from trimtab.serve.intake.submission import JobSpec
+from trimtab.serve.run.attempts import job_of
+from trimtab.serve.run.launch import Launcher
 from trimtab.serve.store import TERMINAL_STATES, JobRow, Store, TenantRow, TokenRow, digest_of, new_token
-from trimtab.serve.submission import JobSpec
 
 LAST_USED_RESOLUTION_S = 60.0  # a token's last use is written at most this often
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from trimtab.serve.attempts import Attempt
+    from trimtab.serve.run.attempts import Attempt
 
 log = logging.getLogger("trimtab.serve")
 
@@ -53,7 +53,7 @@ class LiveScaling:
     per second, a running mean), linear through the origin below the smallest count measured, piecewise linear
     between counts, and beyond the largest with the slope of the last two (flat when it stopped gaining), or
     linear when one count is known. With no report at all, the flat model (`throughput = gpus`). A job with a target
-    is sized by it alone (gpu-util-target, serve/elastic.py): its throughput is the same on any number of GPUs, so
+    is sized by it alone (gpu-util-target, serve/run/elastic.py): its throughput is the same on any number of GPUs, so
     elastic-grow never grows it and elastic-shrink takes from it first (nothing lost). Mutated only by
     the daemon under its lock; read by the resize plugins within a cycle."""
 

@@ -14,10 +14,10 @@ from sqlalchemy.orm import Session
 from trimtab.cluster import Allocation
 from trimtab.model import Job, Resources
 from trimtab.scheduler import Scheduler
-from trimtab.serve.attempts import Attempt, Run, job_of, milli_of, run_id_of
-from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Adoption, Executor
-from trimtab.serve.launch import Launcher
+from trimtab.serve.run.attempts import Attempt, Run, job_of, milli_of, run_id_of
+from trimtab.serve.run.devices import DeviceBook
+from trimtab.serve.run.launch import Launcher
 from trimtab.serve.store import JobRow, RunRow, Store
 
 

@@ -14,7 +14,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from trimtab.serve.daemon import Daemon
-from trimtab.serve.views import summary
+from trimtab.serve.http.views import summary
 
 CYCLE_BUCKETS_S = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
 SUMMARY_CACHE_S = 2.0

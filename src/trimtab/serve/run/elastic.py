@@ -3,7 +3,7 @@
 
 The resizes themselves come from the profile's `resize` plugins (plugins/elastic.py, as in simulation); the daemon
 carries each one out as a restart (daemon.py `_resize`). This module adds `gpu-util-target`, which reads what the
-job's LiveScaling last saw (serve/progress.py) and is put first at the profile's `resize` point by
+job's LiveScaling last saw (serve/run/progress.py) and is put first at the profile's `resize` point by
 `with_live_resizes`, so a job's own target goes before the cluster-wide goodput policies."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from trimtab.model import Job
 from trimtab.plugins.elastic import grown, shrunk
 from trimtab.policy import CycleContext, Decision, Plugin, Resize
 from trimtab.profile import Profile, Registry
-from trimtab.serve.progress import LiveScaling
+from trimtab.serve.run.progress import LiveScaling
 
 GPU_UTIL_TARGET = "gpu-util-target"
 

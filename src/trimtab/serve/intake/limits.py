@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any
 
 from trimtab.serve.errors import ServeError
-from trimtab.serve.submission import PRIORITY_CLASSES, JobSpec
+from trimtab.serve.intake.submission import PRIORITY_CLASSES, JobSpec
 from trimtab.units import parse_quantity
 
 # Kubernetes keeps its highest classes (system-cluster-critical, system-node-critical) to the namespaces that a

@@ -1,6 +1,6 @@
 """Launching attempts: the tasks of an attempt on the devices the scheduler chose, their rows committed to the
 store before any process starts, each task's TaskLaunch (rank variables, CUDA and MPS environment, log path, the
-tenant's Unix user and folders), and the tenants' logs held to their limits (serve/limits.py)."""
+tenant's Unix user and folders), and the tenants' logs held to their limits (serve/intake/limits.py)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,12 @@ from sqlalchemy import select, update
 from sqlalchemy.orm import Session
 
 from trimtab.cluster import GPU_MILLI, ClusterState
-from trimtab.serve.attempts import Attempt, Run, run_id_of
-from trimtab.serve.devices import DeviceBook
 from trimtab.serve.executors.base import Executor, TaskExit, TaskLaunch
-from trimtab.serve.identity import Identities, TaskUser
-from trimtab.serve.limits import TenantLimits
-from trimtab.serve.progress import progress_path
+from trimtab.serve.intake.limits import TenantLimits
+from trimtab.serve.run.attempts import Attempt, Run, run_id_of
+from trimtab.serve.run.devices import DeviceBook
+from trimtab.serve.run.identity import Identities, TaskUser
+from trimtab.serve.run.progress import progress_path
 from trimtab.serve.store import TERMINAL_STATES, JobRow, RunRow, Store
 
 _Launch = tuple[Run, TaskLaunch, RunRow]
@@ -142,7 +142,7 @@ class Launcher:
         without one, to find a task already started): the job's command and environment, the rank variables,
         the devices it sees and, for a share of a GPU, its MPS limits. WORLD_SIZE is the attempt's (an elastic job
         runs at the size its latest resize gave it; it is told TRIMTAB_GPUS, and TRIMTAB_RESIZED=1 after a
-        resize), TRIMTAB_PROGRESS_FILE where it may report its progress (serve/progress.py). It works in the
+        resize), TRIMTAB_PROGRESS_FILE where it may report its progress (serve/run/progress.py). It works in the
         job's `workdir`, else in its tenant's working folder; both that folder and the job's checkpoint folder
         are made by the executor, as the task's user."""
         att = run.attempt

@@ -4,7 +4,7 @@ tenants, tokens, /metrics and the dashboard at /.
 Bearer tokens: the admin token sees and changes everything; a tenant token sees, submits and cancels only its
 tenant's jobs, held to its quota. /metrics takes the admin token or the scrape token (open with --metrics-public).
 Errors are JSON `{"detail": message, "field": path}` with a precise 4xx, quoting at most a short excerpt of the
-request. Every answer carries the security headers of trimtab.serve.guards."""
+request. Every answer carries the security headers of trimtab.serve.http.guards."""
 
 from __future__ import annotations
 
@@ -27,14 +27,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.staticfiles import StaticFiles
 
 from trimtab.serve.daemon import Daemon, ServeConfig
-from trimtab.serve.dashboard import DASHBOARD_HTML
 from trimtab.serve.errors import ServeError
-from trimtab.serve.guards import BodyLimit, ParseGate, SecurityHeaders, page_csp
-from trimtab.serve.metrics import ServeMetrics
-from trimtab.serve.requests import Principal
+from trimtab.serve.http.dashboard import DASHBOARD_HTML
+from trimtab.serve.http.guards import BodyLimit, ParseGate, SecurityHeaders, page_csp
+from trimtab.serve.http.metrics import ServeMetrics
+from trimtab.serve.http.views import job_json, runs_by_job, stats
+from trimtab.serve.intake.requests import Principal
+from trimtab.serve.intake.submission import EXCERPT_CHARS, PRIORITY_CLASSES, JobSpec, SubmissionError, parse_body
 from trimtab.serve.store import JobRow, RunRow, TenantRow, digest_of
-from trimtab.serve.submission import EXCERPT_CHARS, PRIORITY_CLASSES, JobSpec, SubmissionError, parse_body
-from trimtab.serve.views import job_json, runs_by_job, stats
 
 LOG_CHUNK_BYTES = 1 << 20
 MAX_LOG_OFFSET = 1 << 40  # past any log; a larger seek fails in the kernel (EINVAL)
@@ -50,7 +50,7 @@ class TokenRequest(BaseModel):
 
 
 class QuotaRequest(BaseModel):
-    """A tenant's quota and limits (serve/limits.py). Fields left out keep their values; null returns a field to
+    """A tenant's quota and limits (serve/intake/limits.py). Fields left out keep their values; null returns a field to
     the server's default (for `quota_gpus`: no quota)."""
 
     model_config = ConfigDict(extra="forbid", strict=True)  # "2" and true are no counts

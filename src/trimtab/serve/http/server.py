@@ -22,8 +22,8 @@ from trimtab.profile import Profile
 from trimtab.serve.daemon import Daemon, ServeConfig
 from trimtab.serve.executors.base import Executor
 from trimtab.serve.executors.local import LocalExecutor
-from trimtab.serve.gpus import discover
-from trimtab.serve.identity import TENANTS_DIR, Identities
+from trimtab.serve.run.gpus import discover
+from trimtab.serve.run.identity import TENANTS_DIR, Identities
 from trimtab.serve.store import Store
 
 ADMIN_TOKEN_FILE = "admin.token"
@@ -76,8 +76,8 @@ def run_server(config: ServeConfig, say: Callable[[str], None] = print) -> None:
     """Serve until interrupted. Raises ServerLost if the daemon stops for good (its executor lost its tasks)."""
     import uvicorn
 
-    from trimtab.serve.api import create_app
-    from trimtab.serve.guards import BoundedH11
+    from trimtab.serve.http.api import create_app
+    from trimtab.serve.http.guards import BoundedH11
 
     if config.metrics_public and config.host not in LOOPBACK:
         raise ValueError(f"--metrics-public opens /metrics (tenant names and usage) to anyone who can connect: "

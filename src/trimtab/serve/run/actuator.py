@@ -13,8 +13,8 @@ from sqlalchemy import select, update
 from trimtab.cluster import Allocation
 from trimtab.model import Job
 from trimtab.policy import Decision, Reservation, Resize
-from trimtab.serve.attempts import Attempt
-from trimtab.serve.progress import LiveScaling
+from trimtab.serve.run.attempts import Attempt
+from trimtab.serve.run.progress import LiveScaling
 from trimtab.serve.store import JobRow, ResizeRow
 from trimtab.world import Actuator
 

@@ -15,7 +15,7 @@ from importlib.resources import files
 
 def asset_text(name: str) -> str:
     """The text of one of the dashboard's files."""
-    return (files("trimtab.serve") / "dashboard_files" / name).read_text(encoding="utf-8")
+    return (files("trimtab.serve.http") / "dashboard_files" / name).read_text(encoding="utf-8")
 
 
 # str.replace, not str.format: the style and the script are full of braces

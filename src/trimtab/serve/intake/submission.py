@@ -20,7 +20,7 @@ from trimtab.formats import FormatError, YamlLimits, YamlSyntaxError
 from trimtab.formats.k8s import Container, Launch, PriorityClass, documents_of_text, read_documents
 from trimtab.formats.k8s.affinity import Affinity
 from trimtab.model import Job
-from trimtab.serve.placement import affinity_json, read_placement, tolerations_json
+from trimtab.serve.intake.placement import affinity_json, read_placement, tolerations_json
 from trimtab.units import shown
 
 MAX_TASKS = 1024

@@ -8,8 +8,8 @@ from typing import Any
 
 from trimtab.cluster import GPU_MILLI
 from trimtab.model import Node
-from trimtab.serve.attempts import Run
-from trimtab.serve.gpus import Device, Inventory
+from trimtab.serve.run.attempts import Run
+from trimtab.serve.run.gpus import Device, Inventory
 
 
 class DeviceBook:

@@ -57,7 +57,7 @@ class JobRow(Base):
     mem_mib: Mapped[int] = mapped_column(Integer, default=0)
     gpu_models: Mapped[list[str]] = mapped_column(JSON, default=list)
     node_selector: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
-    # where its tasks may run, as a Kubernetes pod spec writes it (serve/placement.py)
+    # where its tasks may run, as a Kubernetes pod spec writes it (serve/intake/placement.py)
     tolerations: Mapped[list[dict[str, str]]] = mapped_column(JSON, default=list)
     affinity: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
     labels: Mapped[dict[str, str]] = mapped_column(JSON, default=dict)
@@ -133,7 +133,7 @@ class TokenRow(Base):
 
 class TenantRow(Base):
     """A tenant, its quota (the most GPUs its jobs may hold at once; None: no limit) and the admin's overrides of
-    the server's default limits (`limits`: field of serve.limits.TenantLimits -> value; {}: the defaults)."""
+    the server's default limits (`limits`: field of serve.intake.limits.TenantLimits -> value; {}: the defaults)."""
 
     __tablename__ = "tenants"
 

@@ -3,7 +3,7 @@
 Owns the bounds on the wire (each refusal a 4xx whose body names the bound and its flag): the request head
 (`BoundedH11`: its size, and the time to send it), the request body (`BodyLimit`: its size, and the time to send
 it), and `SecurityHeaders` (CSP, frame, sniffing and referrer headers). What the body may hold once read (nesting,
-documents, numbers) is bounded where it is parsed, in trimtab.serve.submission; `ParseGate` lets each tenant have
+documents, numbers) is bounded where it is parsed, in trimtab.serve.intake.submission; `ParseGate` lets each tenant have
 one manifest parsed at a time."""
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 
 from trimtab.cluster import GPU_MILLI, Allocation
 from trimtab.model import Elastic, Job, Resources
-from trimtab.serve.placement import read_placement
-from trimtab.serve.progress import LiveScaling
+from trimtab.serve.intake.placement import read_placement
+from trimtab.serve.run.progress import LiveScaling
 from trimtab.serve.store import JobRow
 
 
