@@ -183,3 +183,68 @@ def test_guarded_preemption_keeps_its_eviction_budget_across_cycles() -> None:
     sched.cycle(LATER_S + 600)
     assert api.bound == {"default/high1": "n1"} and len(api.evicted) == 1
     assert "default/high2" in api.unschedulable
+
+
+def test_drf_with_a_half_life_remembers_a_namespace_s_recent_usage_across_cycles() -> None:
+    """drf with `half_life_s` orders by usage decayed over time, as in simulation: team-a held the node's 4 GPUs for
+    five minutes; when it and team-b then ask at once, team-b goes first, though team-a asked a minute earlier.
+    Rebuilt each cycle, the Scheduler would know no usage and start team-a's pod, the older."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.model_validate({"name": "drf-decay", "order": [{"drf": {"half_life_s": 600}}, "fifo"]})
+    api = FakeApi()
+    sched = KubeScheduler(api, profile)  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 4)])
+    big = gpu_pod("big", 4, namespace="team-a", node="n1")
+    sched.informers["pods"].load([big])
+    sched.cycle(LATER_S)
+    sched.cycle(LATER_S + 300)
+    done = {**big, "status": {"phase": "Succeeded", "startTime": big["status"]["startTime"]}}
+    sched.informers["pods"].load([done, gpu_pod("a-next", 4, namespace="team-a", created="2026-12-01T11:04:00Z"),
+                                  gpu_pod("b-next", 4, namespace="team-b", created="2026-12-01T11:05:00Z")])
+    sched.cycle(LATER_S + 310)
+    assert api.bound == {"team-b/b-next": "n1"}
+
+
+def test_drain_keeps_new_pods_off_a_node_that_went_not_ready_twice() -> None:
+    """A node going NotReady is a failure observed on it, as a node fault is in simulation: after two, `drain`
+    keeps new work off it while its record is worse than the others', so a pod that fits only there waits."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.model_validate({"name": "health", "order": ["fifo"],
+                                      "filter": [{"drain": {"threshold": 1.5, "ratio": 1.5, "max_share": 0.5}}]})
+    api = FakeApi()
+    sched = KubeScheduler(api, profile)  # type: ignore[arg-type]
+    held = [gpu_pod("held", 2, node="n1")]
+    sched.informers["pods"].load(held)
+    for i, ready in enumerate([True, False, True, False, True]):
+        sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4, ready=ready)])
+        sched.cycle(LATER_S + i)
+    sched.informers["pods"].load([*held, gpu_pod("new", 4)])
+    sched.cycle(LATER_S + 10)
+    assert api.bound == {} and "default/new" in api.unschedulable
+    assert "drained" in api.unschedulable["default/new"]
+
+
+def test_delay_holds_a_gang_for_one_node_and_wakes_the_loop_when_its_wait_runs_out() -> None:
+    """delay on Kubernetes as in simulation: a gang that fits one node, but only spread right now, waits up to
+    `max_delay_s` after its creation; the loop is woken at that moment (not at its next resync), and the gang then
+    takes the spread placement."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.model_validate({"name": "delay", "order": ["fifo"], "admit": [{"delay": {"max_delay_s": 60}}]})
+    api = FakeApi()
+    sched = KubeScheduler(api, profile)  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4)])
+    sched.informers["podgroups"].load([pod_group("g", 2)])
+    created = "2026-12-01T10:59:30Z"  # LATER_S - 30: the wait runs out at LATER_S + 30
+    members = [gpu_pod(f"g-{i}", 2, group="g", created=created) for i in range(2)]
+    sched.informers["pods"].load([gpu_pod("x", 2, node="n1"), gpu_pod("y", 2, node="n2"), *members])
+    sched.cycle(LATER_S)
+    assert api.bound == {} and sched._wake_at_s == pytest.approx(LATER_S + 30)
+    assert "one node" in api.unschedulable["default/g-0"]
+    sched.cycle(LATER_S + 30)
+    assert sorted(api.bound.values()) == ["n1", "n2"]

@@ -60,7 +60,7 @@ class LiveBooks:
 
     def sync(self, snap: Snapshot, profile: Profile, now_s: float) -> WorldLoop:
         """Bring the Scheduler up to `snap` (its nodes, bound pods and pending jobs). Returns the loop to cycle."""
-        self._sync_nodes(snap.nodes, profile)
+        self._sync_nodes(snap.nodes, profile, now_s)
         self._expire(snap, now_s)
         self._sync_running(snap, now_s)
         self._sync_pending(snap, now_s)
@@ -72,10 +72,11 @@ class LiveBooks:
 
     # ------------------------------------------------------------------------------------------------ nodes
 
-    def _sync_nodes(self, nodes: list[Node], profile: Profile) -> None:
+    def _sync_nodes(self, nodes: list[Node], profile: Profile, now_s: float) -> None:
         """A node read differently, or a new profile (the cluster's quotas composed onto it), rebuilds the
         Scheduler; a new node joins it; a node not Ready (or gone from the cluster) is down until it is Ready
-        again."""
+        again, and its going down is a failure observed on it (what `history` and `drain` read, as the
+        simulator's node faults are)."""
         if self.loop is None or profile is not self._profile or any(
                 (old := self._nodes.get(node.name)) is not None and old is not node and old != node for node in nodes):
             if self.loop is not None:
@@ -95,6 +96,8 @@ class LiveBooks:
             elif name not in ready and name not in self._down:
                 self._down.add(name)
                 self.scheduler.node_down(name)  # its pods are lost with it as taint-based eviction decides
+                cluster = self.scheduler.cluster
+                self.scheduler.observations.node_failed(cluster.index[name], now_s, len(cluster))
 
     def _rebuild(self, nodes: list[Node], profile: Profile) -> None:
         self.loop = WorldLoop(Scheduler(ClusterState(nodes), profile), self.actuator, explains=True)
