@@ -50,8 +50,9 @@ def free_port() -> int:
 
 # kwok nodes: Ready at once, their capacity kept (kwok renews their Leases, the heartbeat the node lifecycle
 # controller reads; given a config file of Stages only, kwok manages no Leases unless told their duration, and
-# then each node went NotReady every grace period, its pods marked not Ready and their completion delays reset). Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration,
-# e.g. "30s"); deleted once deleted (no kubelet waits for containers to stop).
+# then each node went NotReady every grace period, its pods marked not Ready and their completion delays reset).
+# Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration, e.g. "30s"); deleted
+# once deleted (no kubelet waits for containers to stop).
 _STAGES = f"""
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
