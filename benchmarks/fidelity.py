@@ -1,0 +1,145 @@
+"""What was simulated is what runs: replay a workload of manifests live and in the simulator, and compare job by job.
+
+The live world is `kube` (benchmarks/fidelity_kube.py: a KWOK cluster of the project's control plane, `trimtab
+kube --policy P`, pods completed by KWOK after their duration) or `serve` (benchmarks/fidelity_serve.py: `trimtab
+serve --policy P` on virtual GPUs shaped as the manifests' nodes, tasks that sleep for their duration). Each
+workload object goes in at its `trimtab.io/submit-time`. The simulation is `simulate` of the same manifests under
+the assumptions of the live world: preempted work restarts from zero, a restart costs nothing, and each job's run
+lasts as long as its last live run did (from the start of its last attempt to its end), so the world's own
+latencies (KWOK completing a pod later than its duration, a process starting) are not counted as trimtab's. The
+world's latency is measured on its own and printed as the `world` line.
+
+Output (stdout, one JSON line per job, then `world`, then `summary`):
+    {"job", "sim_start_s", "live_start_s", "sim_end_s", "live_end_s", "sim_preemptions", "live_preemptions"}
+    {"world": {"name", "completion_lag_s": {"p50", "max"}, "jobs_unfinished"}}
+    {"summary": {"jobs", "within_2s", "order_agreement", "preemptions_sim", "preemptions_live"}}
+Times are seconds from the workload's start; a job's start is its first start. `order_agreement` is Kendall's tau
+of the start orders.
+
+Usage (from the project root):
+    .venv/bin/python benchmarks/fidelity.py --manifests benchmarks/fidelity/mixed-1.yaml --policy fifo-backfill \
+        --world kube
+The workloads' rules: preemptible work is a batch/v1 Job or a PodGroup's pods (on Kubernetes an evicted bare Pod is
+gone, which the simulator does not model), and every pod has a duration."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fidelity_kube import missing_binaries, run_kube
+from fidelity_serve import run_serve
+from trimtab.formats.k8s import load_manifests
+from trimtab.model import Job
+from trimtab.profile import Profile, profile_for_manifests
+from trimtab.sim.run import SimConfig, simulate
+
+
+def run_sim(jobs: list[Job], path: Path, policy: str, live: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`simulate --manifests` of the same workload, each job's duration its last live run (see the module)."""
+    manifests = load_manifests(path)
+    profile, _ = profile_for_manifests(Profile.load(policy), manifests)
+    replayed = []
+    for job in jobs:
+        rec = live.get(job.id)
+        if rec and rec["end"] is not None and rec["last_start"] is not None:
+            job = dataclasses.replace(job, duration_s=rec["end"] - rec["last_start"])
+        replayed.append(job)
+    record = simulate(manifests.nodes, replayed, profile, SimConfig(checkpoint_s=1e15, restart_s=0.0, timing=False))
+    return {j["id"]: {"start": j["runs"][0]["start"] if j["runs"] else None, "end": j["end"],
+                      "preemptions": j["preemptions"]} for j in record["jobs"]}
+
+
+def kendall_tau(a: list[float], b: list[float]) -> float:
+    """Kendall's tau-b of two rankings (ties in either count as neither concordant nor discordant)."""
+    x, y = np.asarray(a), np.asarray(b)
+    dx, dy = np.sign(x[:, None] - x[None, :]), np.sign(y[:, None] - y[None, :])
+    num = float((dx * dy).sum())
+    den = float(np.sqrt((dx != 0).sum() * (dy != 0).sum()))
+    return num / den if den else 1.0
+
+
+def compare(sim: dict[str, dict[str, Any]], live: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    rows = []
+    for job_id in sorted(sim, key=lambda j: (sim[j]["start"] is None, sim[j]["start"] or 0.0)):
+        rec = live.get(job_id, {"first_start": None, "end": None, "preemptions": 0})
+        rows.append({"job": job_id, "sim_start_s": _r(sim[job_id]["start"]), "live_start_s": _r(rec["first_start"]),
+                     "sim_end_s": _r(sim[job_id]["end"]), "live_end_s": _r(rec["end"]),
+                     "sim_preemptions": sim[job_id]["preemptions"], "live_preemptions": rec["preemptions"]})
+    return rows
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    both = [r for r in rows if r["sim_start_s"] is not None and r["live_start_s"] is not None]
+    within = sum(1 for r in both if abs(r["sim_start_s"] - r["live_start_s"]) <= 2.0)
+    return {"jobs": len(rows), "within_2s": round(within / max(len(rows), 1), 3),
+            "order_agreement": round(kendall_tau([r["sim_start_s"] for r in both],
+                                                 [r["live_start_s"] for r in both]), 3),
+            "preemptions_sim": sum(r["sim_preemptions"] for r in rows),
+            "preemptions_live": sum(r["live_preemptions"] for r in rows)}
+
+
+def world_latency(world: str, jobs: list[Job], live: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The world's completion lag: each finished job's last run (start of its last attempt to its end) past its
+    duration (KWOK completing a pod; a process starting, sleeping and its exit being seen)."""
+    durations = {job.id: job.duration_s for job in jobs if job.duration_s is not None}
+    lags = [rec["end"] - rec["last_start"] - durations[job_id] for job_id, rec in live.items()
+            if rec["end"] is not None and rec["last_start"] is not None and job_id in durations]
+    return {"name": world, "completion_lag_s": {"p50": _r(float(np.median(lags))) if lags else None,
+                                                "max": _r(max(lags)) if lags else None},
+            "jobs_unfinished": sum(1 for rec in live.values() if rec["end"] is None)}
+
+
+def _r(x: float | None) -> float | None:
+    return None if x is None else round(float(x), 2)
+
+
+def _documents(path: Path) -> list[dict[str, Any]]:
+    files = sorted(path.glob("*.yaml")) if path.is_dir() else [path]
+    return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
+
+
+def run_live(world: str, path: Path, policy: str, workdir: Path | None) -> dict[str, dict[str, Any]]:
+    docs = _documents(path)
+    if world == "kube" and missing_binaries():
+        sys.exit(f"the control-plane binaries are missing ({', '.join(missing_binaries())}): run `make kube-env`")
+    with tempfile.TemporaryDirectory(prefix="trimtab-fidelity-") as tmp:
+        where = workdir or Path(tmp)
+        where.mkdir(parents=True, exist_ok=True)
+        return run_kube(docs, policy, where) if world == "kube" else run_serve(docs, path, policy, where)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--manifests", type=Path, required=True, help="a YAML file, or a folder of them")
+    parser.add_argument("--policy", default="fifo-backfill", help="a built-in policy or a profile YAML")
+    parser.add_argument("--world", choices=["kube", "serve"], default="kube")
+    parser.add_argument("--live", type=Path, help="a JSON file: the live run is saved there, or read from it "
+                        "when it exists (to compare again without running live)")
+    parser.add_argument("--workdir", type=Path, help="keep the live world's files and logs there")
+    args = parser.parse_args()
+    if args.live is not None and args.live.exists():
+        live = json.loads(args.live.read_text())
+    else:
+        live = run_live(args.world, args.manifests, args.policy, args.workdir)
+        if args.live is not None:
+            args.live.write_text(json.dumps(live))
+    jobs = load_manifests(args.manifests).jobs
+    rows = compare(run_sim(jobs, args.manifests, args.policy, live), live)
+    for row in rows:
+        print(json.dumps(row))
+    print(json.dumps({"world": world_latency(args.world, jobs, live)}))
+    print(json.dumps({"summary": summary(rows)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,152 @@
+"""The kube world of benchmarks/fidelity.py: a KWOK cluster of the project's control plane (tests/kube/kube_env.py,
+binaries from `make kube-env`) with the manifests' nodes, `trimtab kube --policy P` scheduling it, each workload
+object created at its `trimtab.io/submit-time` and each pod completed by KWOK after its `trimtab.io/duration`.
+
+What happened is what this script sees, polling the API server every POLL_S: when each pod was first seen bound
+and Succeeded, and which pods vanished before they Succeeded (evicted; a gang's members evicted within 2 s of
+each other are one preemption)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kube"))
+from kube_env import KWOK_NODE, ROOT, KubeEnv, missing_binaries, run_trimtab_kube, stop_process
+
+from trimtab.formats.k8s.workloads import COSCHED_GROUP, SUBMIT
+from trimtab.units import parse_duration_s
+
+CLUSTER_KINDS = ("Namespace", "PriorityClass", "ResourceQuota", "Node")
+WORKLOAD_KINDS = ("PodGroup", "Pod", "Job")
+POLL_S = 0.1
+GANG_ROUND_S = 2.0
+
+__all__ = ["missing_binaries", "run_kube", "submit_s"]
+
+
+def submit_s(doc: dict[str, Any]) -> float:
+    """A workload document's `trimtab.io/submit-time`, in seconds (0 when it has none)."""
+    value = ((doc.get("metadata") or {}).get("annotations") or {}).get(SUBMIT)
+    return parse_duration_s(str(value)) if value is not None else 0.0
+
+
+def job_of(pod: dict[str, Any]) -> str:
+    """The job a pod belongs to, named as trimtab names it: its PodGroup, else its Job, else itself."""
+    meta = pod["metadata"]
+    group = (meta.get("labels") or {}).get(COSCHED_GROUP)
+    owner = next((r["name"] for r in meta.get("ownerReferences") or [] if r.get("kind") == "Job"), None)
+    return f"{meta['namespace']}/{group or owner or meta['name']}"
+
+
+class PodLog:
+    """What this script sees of every pod, polling the API server every POLL_S: when each was first seen bound
+    and Succeeded, and which vanished before they Succeeded (evicted)."""
+
+    def __init__(self, env: KubeEnv) -> None:
+        self.env = env
+        self.bound: dict[str, float] = {}  # pod uid -> first seen bound
+        self.done: dict[str, float] = {}  # pod uid -> first seen Succeeded
+        self.job: dict[str, str] = {}  # pod uid -> job
+        self.evicted: dict[str, float] = {}  # pod uid -> seen gone before it Succeeded
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            now = time.time()
+            try:
+                pods = self.env.request("GET", "/api/v1/pods")["items"]
+            except Exception as exc:  # the control plane stopping ends the script's use of it anyway
+                print(f"pod poll: {exc}", file=sys.stderr)
+                continue
+            seen = set()
+            for pod in pods:
+                uid = pod["metadata"]["uid"]
+                seen.add(uid)
+                self.job.setdefault(uid, job_of(pod))
+                if pod["spec"].get("nodeName"):
+                    self.bound.setdefault(uid, now)
+                if (pod.get("status") or {}).get("phase") == "Succeeded":
+                    self.done.setdefault(uid, now)
+            for uid in self.bound:
+                if uid not in seen and uid not in self.done:
+                    self.evicted.setdefault(uid, now)
+            self._stop.wait(POLL_S)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def jobs(self, start: float) -> dict[str, dict[str, Any]]:
+        """Per job: first start, the start of its last run (its last bind before its last completion), end (its
+        last pod's completion, None if unfinished) and preemptions, in seconds from `start`."""
+        pods: dict[str, dict[str, list[float]]] = {}
+        for uid, job in self.job.items():
+            rec = pods.setdefault(job, {"binds": [], "ends": [], "evictions": []})
+            for key, seen in (("binds", self.bound), ("ends", self.done), ("evictions", self.evicted)):
+                if uid in seen:
+                    rec[key].append(seen[uid] - start)
+        return {job: _record(rec) for job, rec in pods.items()}
+
+
+def _record(rec: dict[str, list[float]]) -> dict[str, Any]:
+    end = max(rec["ends"], default=None)
+    rounds = sorted(rec["evictions"])
+    return {"first_start": min(rec["binds"], default=None),
+            "last_start": max((b for b in rec["binds"] if end is None or b <= end), default=None),
+            "end": end, "preemptions": sum(1 for i, t in enumerate(rounds)
+                                           if i == 0 or t - rounds[i - 1] > GANG_ROUND_S)}
+
+
+def _pods_of(doc: dict[str, Any]) -> int:
+    return int(doc["spec"].get("parallelism", 1)) if doc["kind"] == "Job" else int(doc["kind"] == "Pod")
+
+
+def _set_up(env: KubeEnv, docs: list[dict[str, Any]], crds: bool) -> None:
+    """The PodGroup CRDs (where the workload has PodGroups), then the cluster's objects, nodes as KWOK's."""
+    if crds:
+        for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
+            env.apply(crd)
+        env.wait_served("/apis/scheduling.x-k8s.io/v1alpha1/podgroups")
+    for doc in sorted((d for d in docs if d["kind"] in CLUSTER_KINDS), key=lambda d: CLUSTER_KINDS.index(d["kind"])):
+        if doc["kind"] == "Node":
+            doc = {**doc, "metadata": {**doc["metadata"], "annotations": {
+                **(doc["metadata"].get("annotations") or {}), **KWOK_NODE}}}
+        env.apply(doc)
+    env.wait_nodes_ready([d["metadata"]["name"] for d in docs if d["kind"] == "Node"])
+    for ns in ["default"] + [d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"]:
+        env.wait_service_account(ns)
+
+
+def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str, dict[str, Any]]:
+    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it."""
+    crds = any(d["kind"] == "PodGroup" for d in docs)
+    with KubeEnv(workdir, crds=crds) as env:
+        _set_up(env, docs, crds)
+        proc = run_trimtab_kube(env, "--policy", policy)
+        try:
+            time.sleep(5.0)  # its informers list and it takes the Lease
+            log = PodLog(env)
+            workloads = sorted((d for d in docs if d["kind"] in WORKLOAD_KINDS),
+                               key=lambda d: (submit_s(d), WORKLOAD_KINDS.index(d["kind"])))
+            start = time.time()
+            for doc in workloads:
+                time.sleep(max(start + submit_s(doc) - time.time(), 0.0))
+                env.apply(doc)
+            expected = sum(_pods_of(d) for d in workloads)
+            deadline = time.time() + 600.0
+            while len(log.done) < expected and time.time() < deadline:
+                time.sleep(5.0)
+                print(f"{time.time() - start:.0f} s: {len(log.done)} of {expected} pods done, "
+                      f"{len(log.evicted)} evicted", file=sys.stderr)
+            log.stop()
+        finally:
+            stop_process(proc)
+    return log.jobs(start)

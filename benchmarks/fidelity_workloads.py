@@ -1,0 +1,82 @@
+"""Workloads for benchmarks/fidelity.py: a seeded mix of jobs on 2 nodes x 8 GPUs, written as the manifests a user
+submits. Two namespaces; two priority classes; bare Pods of 1-8 GPUs and PodGroup gangs (of the high class, so
+never a victim: an evicted bare Pod is gone), and batch/v1 Jobs of 2-3 pods as gangs (of either class: the Job
+controller recreates an evicted pod); 15-50 s each by default, submitted over `--span-s`.
+
+Usage: .venv/bin/python benchmarks/fidelity_workloads.py --seed 1 --jobs 30 > benchmarks/fidelity/mixed-1.yaml"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import numpy as np
+import yaml
+
+DURATION, SUBMIT, GROUP = "trimtab.io/duration", "trimtab.io/submit-time", "scheduling.x-k8s.io/pod-group"
+
+
+def cluster(nodes: int, gpus: int) -> list[dict[str, Any]]:
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+    docs: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+                                  for ns in ("team-a", "team-b")]
+    docs += [{"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
+              "value": value} for name, value in (("low", 100), ("high", 1000))]
+    docs += [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": f"node-{i}", "labels": {
+        "kubernetes.io/hostname": f"node-{i}"}}, "status": {"capacity": capacity, "allocatable": capacity}}
+        for i in range(nodes)]
+    return docs
+
+
+def _pod_spec(gpus: int, priority: str) -> dict[str, Any]:
+    return {"schedulerName": "trimtab", "priorityClassName": priority, "restartPolicy": "Never",
+            "containers": [{"name": "main", "image": "busybox", "resources": {
+                "requests": {"nvidia.com/gpu": str(gpus)}, "limits": {"nvidia.com/gpu": str(gpus)}}}]}
+
+
+def workload(rng: np.random.Generator, jobs: int, span_s: float, durations_s: tuple[int, int] = (15, 50)
+             ) -> list[dict[str, Any]]:
+    docs: list[dict[str, Any]] = []
+    submits = np.sort(rng.uniform(0, span_s, jobs))
+    for i, submit in enumerate(submits):
+        ns = "team-a" if rng.random() < 0.5 else "team-b"
+        duration = f"{int(rng.integers(durations_s[0], durations_s[1] + 1))}s"
+        kind = rng.choice(["pod", "job", "group"], p=[0.5, 0.35, 0.15])
+        meta = {"namespace": ns, "annotations": {SUBMIT: f"{submit:.1f}s"}}
+        if kind == "pod":
+            gpus = int(rng.choice([1, 2, 4, 8], p=[0.4, 0.3, 0.2, 0.1]))
+            docs.append({"apiVersion": "v1", "kind": "Pod", "metadata": {
+                **meta, "name": f"pod-{i}", "annotations": {**meta["annotations"], DURATION: duration}},
+                "spec": _pod_spec(gpus, "high")})
+        elif kind == "job":
+            size, gpus = int(rng.integers(2, 4)), int(rng.choice([1, 2, 4]))
+            docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {**meta, "name": f"job-{i}"},
+                         "spec": {"parallelism": size, "completions": size, "backoffLimit": 6,
+                                  "template": {"metadata": {"annotations": {DURATION: duration}},
+                                               "spec": _pod_spec(gpus, str(rng.choice(["low", "high"])))}}})
+        else:
+            docs.append({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
+                         "metadata": {**meta, "name": f"group-{i}"}, "spec": {"minMember": 2}})
+            docs += [{"apiVersion": "v1", "kind": "Pod", "metadata": {
+                **meta, "name": f"group-{i}-{k}", "labels": {GROUP: f"group-{i}"},
+                "annotations": {**meta["annotations"], DURATION: duration}}, "spec": _pod_spec(4, "high")}
+                for k in range(2)]
+    return docs
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--jobs", type=int, default=30)
+    parser.add_argument("--span-s", type=float, default=120.0)
+    parser.add_argument("--min-duration-s", type=int, default=15)
+    parser.add_argument("--max-duration-s", type=int, default=50)
+    args = parser.parse_args()
+    docs = cluster(2, 8) + workload(np.random.default_rng(args.seed), args.jobs, args.span_s,
+                                    (args.min_duration_s, args.max_duration_s))
+    yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
+
+
+if __name__ == "__main__":
+    main()
