@@ -49,10 +49,8 @@ def free_port() -> int:
 
 
 # kwok nodes: Ready at once, their capacity kept (kwok renews their Leases, the heartbeat the node lifecycle
-# controller reads; given a config file of Stages only, kwok manages no Leases unless told their duration, and
-# then each node went NotReady every grace period, its pods marked not Ready and their completion delays reset).
-# Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration, e.g. "30s"); deleted
-# once deleted (no kubelet waits for containers to stop).
+# controller reads). Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration,
+# e.g. "30s"); deleted once deleted (no kubelet waits for containers to stop).
 _STAGES = f"""
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -209,7 +207,7 @@ class KubeEnv:
         self._spawn("kwok", [
             "--kubeconfig", str(self.kubeconfig), "--config", str(stages), "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
-            "--server-address", f"127.0.0.1:{free_port()}", "--node-lease-duration-seconds", "40"])
+            "--server-address", f"127.0.0.1:{free_port()}"])
         if self.with_scheduler:
             self._spawn("kube-scheduler", [
                 "--kubeconfig", str(self.kubeconfig), "--bind-address", "127.0.0.1", "--secure-port", "0",

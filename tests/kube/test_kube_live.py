@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -90,23 +89,6 @@ def test_a_pod_naming_trimtab_is_bound_runs_and_completes(kube_env: KubeEnv, tri
     assert node in ("gpu-0", "a100-0", "a100-1")
     wait_for("solo Succeeded (kwok's stage after its duration)",
              lambda: get_pod(kube_env, "solo")["status"].get("phase") == "Succeeded")
-
-
-def test_the_kwok_nodes_renew_their_leases_so_they_stay_ready(kube_env: KubeEnv) -> None:
-    """The test world's own latency: a node whose Lease is not renewed goes NotReady after the grace period; the
-    node lifecycle controller then marks its pods not Ready, and kwok, seeing the pods change, starts their
-    completion delay again (a 20 s pod ran 40 s). kwok renews a Lease per node, every 10 s."""
-    for node in (n["metadata"]["name"] for n in ready_nodes(kube_env)):
-        lease = wait_for(f"the Lease of {node}", lambda node=node: _lease(kube_env, node))
-        renewed = datetime.fromisoformat(lease["spec"]["renewTime"])
-        assert (datetime.now(UTC) - renewed).total_seconds() < 20.0, (node, lease["spec"])
-
-
-def _lease(env: KubeEnv, node: str) -> dict[str, Any] | None:
-    try:
-        return env.request("GET", f"/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases/{node}")
-    except Exception:
-        return None
 
 
 def test_an_unschedulable_pod_says_why(kube_env: KubeEnv, trimtab_kube: Any) -> None:
