@@ -48,9 +48,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-# kwok nodes: Ready at once, their capacity kept (kwok renews their Leases, the heartbeat the node lifecycle
-# controller reads). Pods on them: Running once bound; Succeeded after their trimtab.io/duration (a Go duration,
-# e.g. "30s"); deleted once deleted (no kubelet waits for containers to stop).
+# kwok nodes: Ready at once, their capacity kept, and their Ready condition's heartbeat renewed every 6-10 s,
+# well inside the controller-manager's 20 s grace period (without it each node went NotReady every grace period,
+# its pods were marked not Ready and kwok started their completion delays again: a 20 s pod ran 40 s). A node
+# kwok no longer manages (its annotation removed, as the failover tests do) is NotReady 20 s later. Pods on them:
+# Running once bound; Succeeded after their trimtab.io/duration (a Go duration, e.g. "30s"); deleted once
+# deleted (no kubelet waits for containers to stop).
 _STAGES = f"""
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
@@ -77,6 +80,25 @@ spec:
       capacity:
       {{{{ YAML .status.capacity 1 }}}}
       phase: Running
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata: {{name: trimtab-node-heartbeat}}
+spec:
+  resourceRef: {{apiGroup: v1, kind: Node}}
+  selector:
+    matchExpressions:
+    - {{key: '.status.conditions.[] | select( .type == "Ready" ) | .status', operator: In, values: ["True"]}}
+  delay: {{durationMilliseconds: 6000, jitterDurationMilliseconds: 10000}}
+  next:
+    statusTemplate: |
+      {{{{ $now := Now }}}}
+      conditions:
+      {{{{ range .status.conditions }}}}
+      - {{type: {{{{ .type | Quote }}}}, status: {{{{ .status | Quote }}}}, reason: {{{{ .reason | Quote }}}},
+         message: {{{{ .message | Quote }}}}, lastHeartbeatTime: {{{{ $now | Quote }}}},
+         lastTransitionTime: {{{{ .lastTransitionTime | Quote }}}}}}
+      {{{{ end }}}}
 ---
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage

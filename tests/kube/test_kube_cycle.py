@@ -313,6 +313,28 @@ def test_bindings_run_on_while_the_next_cycle_decides() -> None:
     assert "default/b" in api.unschedulable
 
 
+def test_a_binding_whose_outcome_is_unknown_keeps_its_gpus_until_the_informer_tells() -> None:
+    """A binding that failed and whose pod could not be read back may have landed: its GPUs stay held (as for a
+    binding that landed, until the informer shows the pod or ASSUME_S pass), never given to another pod."""
+    from trimtab.kube.api import Unanswered
+    from trimtab.kube.live import ASSUME_S
+
+    class LostApi(FakeApi):
+        def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            if name == "a":
+                raise Unanswered("binding default/a failed and the pod could not be read back")
+            super().bind(namespace, name, uid, node)
+
+    api = LostApi()
+    sched = scheduler(api, [gpu_node("n1", 4)], [gpu_pod("a", 4)])
+    assert sched.cycle(1e9).errors == 1
+    sched.informers["pods"].load([*sched.informers["pods"].items(), gpu_pod("b", 4)])
+    sched.cycle(1e9 + 1)
+    assert api.bound == {} and "default/b" in api.unschedulable
+    report = sched.cycle(1e9 + 2 + ASSUME_S)  # the informer never showed "a" bound: n1 is free again
+    assert report.binding == 1
+
+
 def test_a_gang_whose_binding_failed_is_pending_again_in_the_next_cycle() -> None:
     api = FakeApi(refuse=("w1",))
     members = [gpu_pod(f"w{i}", 4, group="train") for i in range(2)]

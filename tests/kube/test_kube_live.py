@@ -91,6 +91,23 @@ def test_a_pod_naming_trimtab_is_bound_runs_and_completes(kube_env: KubeEnv, tri
              lambda: get_pod(kube_env, "solo")["status"].get("phase") == "Succeeded")
 
 
+def test_the_kwok_nodes_renew_their_heartbeat_so_they_stay_ready(kube_env: KubeEnv) -> None:
+    """The test world's own latency: a node whose heartbeat is not renewed goes NotReady after the 20 s grace
+    period; the node lifecycle controller then marks its pods not Ready, and kwok, seeing the pods change, starts
+    their completion delay again (a 20 s pod ran 40 s). Over 30 s, no node leaves Ready, and each heartbeat
+    moves."""
+    def ready(node: dict[str, Any]) -> dict[str, Any]:
+        return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+    before = {n["metadata"]["name"]: ready(n) for n in ready_nodes(kube_env)}
+    time.sleep(30)
+    after = {n["metadata"]["name"]: ready(n) for n in kube_env.request("GET", "/api/v1/nodes")["items"]}
+    for name, was in before.items():
+        now = after[name]
+        assert (now["status"], now["lastTransitionTime"]) == ("True", was["lastTransitionTime"]), (name, was, now)
+        assert now["lastHeartbeatTime"] > was["lastHeartbeatTime"], (name, was, now)
+
+
 def test_an_unschedulable_pod_says_why(kube_env: KubeEnv, trimtab_kube: Any) -> None:
     create_pod(kube_env, gpu_pod("picky", 1, nodeSelector={"gpu-type": "h100"}))
     n = len(ready_nodes(kube_env))

@@ -16,8 +16,9 @@ import pytest
 pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
 
 from lightkube import ApiError
+from lightkube.resources.core_v1 import Pod
 
-from trimtab.kube.api import KubeApi
+from trimtab.kube.api import KubeApi, Unanswered
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.wire import Wire
 
@@ -68,11 +69,26 @@ def server() -> Iterator[Server]:
     s.http.server_close()
 
 
-def api_for(server: Server, credentials: list[str], qps: float = 0, burst: int = 0) -> KubeApi:
+class Reads:
+    """The reads of a KubeApi: `get` answers each pod as bound to `nodes[name]` ("" none), or raises `failure`."""
+
+    def __init__(self, nodes: dict[str, str] | None = None, failure: Exception | None = None) -> None:
+        self.nodes, self.failure, self.gets = nodes or {}, failure, 0
+
+    def get(self, kind: Any, name: str, namespace: str) -> Pod:
+        self.gets += 1
+        if self.failure is not None:
+            raise self.failure
+        return Pod.from_dict({"metadata": {"name": name, "namespace": namespace, "uid": "u"},
+                              "spec": {"containers": [], "nodeName": self.nodes.get(name) or None}})
+
+
+def api_for(server: Server, credentials: list[str], qps: float = 0, burst: int = 0,
+            reads: Reads | None = None) -> KubeApi:
     """A KubeApi whose writes go to `server`; each credentials() call takes the next token of `credentials`."""
     tokens = iter(credentials)
     wire = Wire(server.url, None, lambda: {"Authorization": f"Bearer {next(tokens)}"})
-    return KubeApi(None, wire, "trimtab", qps, burst)  # type: ignore[arg-type]
+    return KubeApi(reads or Reads(), wire, "trimtab", qps, burst)  # type: ignore[arg-type]
 
 
 def test_a_binding_posts_the_binding_subresource_with_the_credentials(server: Server) -> None:
@@ -93,7 +109,7 @@ def test_a_binding_posts_the_binding_subresource_with_the_credentials(server: Se
 
 
 def test_a_refusal_raises_the_servers_status_and_a_401_asks_for_credentials_again(server: Server) -> None:
-    api = api_for(server, ["old", "new"])
+    api = api_for(server, ["old", "new"], reads=Reads({"p1": "n1"}))
     server.answers = [(409, {"kind": "Status", "code": 409, "message": "pod p1 is already assigned to node n1"}),
                       (401, {"kind": "Status", "code": 401, "message": "Unauthorized"})]
     with pytest.raises(ApiError) as refused:
@@ -149,3 +165,32 @@ def test_lease_renewals_do_not_wait_behind_a_burst_of_bindings() -> None:
     started = time.monotonic()
     assert api.get_lease("kube-system", "trimtab") is None
     assert time.monotonic() - started < 0.5
+
+
+def test_a_binding_refused_after_it_landed_is_read_back_as_bound(server: Server) -> None:
+    """A cut connection loses the answer of a binding that landed; sent again, it is refused as a second binding
+    (409). The pod read back is bound to the node asked for: the binding stands."""
+    reads = Reads({"p1": "n2"})
+    server.answers = [(409, {"kind": "Status", "code": 409, "message": "pod p1 is already assigned to node n2"})]
+    api_for(server, ["t"], reads=reads).bind("default", "p1", "u", "n2")
+    assert reads.gets == 1
+
+
+def test_a_binding_that_did_not_land_raises_its_error(server: Server) -> None:
+    server.answers = [(429, {"kind": "Status", "code": 429, "message": "too many requests"})]
+    with pytest.raises(ApiError) as refused:
+        api_for(server, ["t"], reads=Reads({"p1": ""})).bind("default", "p1", "u", "n2")
+    assert refused.value.status.code == 429
+
+
+def test_a_binding_whose_pod_cannot_be_read_back_is_unanswered(server: Server,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Neither the binding's answer nor the pod: the binding may have landed, and the caller must hold its GPUs."""
+    import trimtab.kube.api
+
+    monkeypatch.setattr(trimtab.kube.api, "READBACK_S", 1.0)
+    reads = Reads(failure=ConnectionResetError("cut"))
+    server.answers = [(503, {"kind": "Status", "code": 503, "message": "unavailable"})]
+    with pytest.raises(Unanswered, match="could not be read back"):
+        api_for(server, ["t"], reads=reads).bind("default", "p1", "u", "n2")
+    assert reads.gets >= 2  # read again after a pause

@@ -68,6 +68,13 @@ class NotLeading(RuntimeError):
     """A write refused by this replica itself: it does not hold the Lease now (KubeApi.fence)."""
 
 
+class Unanswered(RuntimeError):
+    """A binding that failed, whose pod could not be read back within READBACK_S: it may have landed."""
+
+
+READBACK_S = 30.0  # how long a failed binding's pod is read again, to learn whether it landed after all
+
+
 def now_rfc3339() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -179,12 +186,36 @@ class KubeApi:
             raise NotLeading(f"{self.scheduler_name}: not holding the Lease, so not writing")
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
-        """Bind a pod through pods/binding (the API server refuses a second binding with 409)."""
+        """Bind a pod through pods/binding. A binding that fails is read back, since it may have landed with its
+        answer lost (a cut connection; a resend the API server refuses with 409 as a second binding): it returns
+        when the pod is bound to `node`, raises the binding's error when it is not, and Unanswered when the pod
+        cannot be read within READBACK_S."""
         self.limit.take()
         self._fenced()
-        self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding{self._manager}", {
-            "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        try:
+            self.wire.send("POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding{self._manager}", {
+                "apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}})
+        except Exception as exc:
+            if self._bound_to(namespace, name, uid, exc) != node:
+                raise
+
+    def _bound_to(self, namespace: str, name: str, uid: str, failure: Exception) -> str | None:
+        """The node pod `uid` is bound to ("" none, None the pod is gone), read until the API server answers."""
+        deadline_s, pause_s = time.monotonic() + READBACK_S, 0.2
+        while True:
+            self.limit.take()
+            try:
+                pod = self.client.get(Pod, name, namespace=namespace)
+                return (pod.spec.nodeName or "") if pod.metadata.uid == uid else None
+            except Exception as exc:
+                if status_code(exc) == 404:
+                    return None
+                if time.monotonic() + pause_s > deadline_s:
+                    raise Unanswered(f"binding {namespace}/{name} failed ({failure!r}) and the pod could not be "
+                                     f"read back ({exc!r})") from failure
+            time.sleep(pause_s)
+            pause_s = min(2 * pause_s, 2.0)
 
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""

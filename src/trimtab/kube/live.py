@@ -26,7 +26,7 @@ from lightkube import ApiError
 
 from trimtab.cluster import Allocation
 from trimtab.formats.k8s import Manifests
-from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.api import KINDS, KubeApi, Unanswered
 from trimtab.kube.books import LiveBooks
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
@@ -103,6 +103,7 @@ class KubeScheduler(Actuator):
         # pod key -> (node, when its binding landed; inf while it is in flight: assumed until it lands, however long
         # the writes queue, or its GPUs would look free and be given twice)
         self._assumed: dict[str, tuple[str, float]] = {}
+        self._unanswered: set[str] = set()  # pods whose failed binding could not be read back (writer threads add)
         self._now_s = 0.0  # the current cycle's time
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
         self._composed, self._composed_key = profile, ("", False, False)
@@ -340,7 +341,10 @@ class KubeScheduler(Actuator):
         report.errors += 1
         self.counters.gang_rollbacks += 1
         for pod in pods:
-            self._assumed.pop(pod_key(pod), None)
+            key, assumed = pod_key(pod), self._assumed.pop(pod_key(pod), None)
+            if key in self._unanswered and assumed is not None:  # it may be bound: held until the informer tells
+                self._assumed[key] = (assumed[0], self._now_s)
+            self._unanswered.discard(key)
         if self.books.loop is not None and job_id in self.books.scheduler.running:
             self.books.pods_of.pop(job_id, None)
             self.books.scheduler.stopped(job_id, self._now_s, JobState.PENDING)
@@ -378,7 +382,9 @@ class KubeScheduler(Actuator):
             meta = pod["metadata"]
             try:
                 self.api.bind(meta["namespace"], meta["name"], meta["uid"], node)
-            except Exception as exc:  # refused (ApiError) or unanswered (a connection error, a timeout)
+            except Exception as exc:  # refused (ApiError), or Unanswered: it may have landed
+                if isinstance(exc, Unanswered):
+                    self._unanswered.add(pod_key(pod))
                 self._roll_back(job, done, pod, exc)
                 return False
             done.append(pod)
