@@ -341,7 +341,8 @@ class KubeScheduler(Actuator):
         report.errors += 1
         self.counters.gang_rollbacks += 1
         for pod in pods:
-            key, assumed = pod_key(pod), self._assumed.pop(pod_key(pod), None)
+            key = pod_key(pod)
+            assumed = self._assumed.pop(key, None)
             if key in self._unanswered and assumed is not None:  # it may be bound: held until the informer tells
                 self._assumed[key] = (assumed[0], self._now_s)
             self._unanswered.discard(key)
