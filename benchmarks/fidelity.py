@@ -4,10 +4,13 @@ The live world is `kube` (benchmarks/fidelity_kube.py: a KWOK cluster of the pro
 kube --policy P`, pods completed by KWOK after their duration) or `serve` (benchmarks/fidelity_serve.py: `trimtab
 serve --policy P` on virtual GPUs shaped as the manifests' nodes, tasks that sleep for their duration). Each
 workload object goes in at its `trimtab.io/submit-time`. The simulation is `simulate` of the same manifests under
-the assumptions of the live world: preempted work restarts from zero, a restart costs nothing, and each job's run
-lasts as long as its last live run did (from the start of its last attempt to its end), so the world's own
-latencies (KWOK completing a pod later than its duration, a process starting) are not counted as trimtab's. The
-world's latency is measured on its own and printed as the `world` line.
+the assumptions of the live world: preempted work restarts from zero, a restart costs nothing, each job's run
+lasts as long as its last live run did (from the start of its last attempt to its end) and each job arrives when
+it arrived live, so the world's own latencies (KWOK completing a pod later than its duration, a process starting,
+the order in which two jobs of one submit time reach the scheduler) are not counted as trimtab's. What comes back
+after an eviction follows the world's rules: on kube, the Job controller recreates a Job's pods after its pod
+failure backoff (as `simulate --manifests` has it); serve queues a preempted job again at once. The world's
+latency is measured on its own and printed as the `world` line.
 
 Output (stdout, one JSON line per job, then `world`, then `summary`):
     {"job", "sim_start_s", "live_start_s", "sim_end_s", "live_end_s", "sim_preemptions", "live_preemptions"}
@@ -44,8 +47,10 @@ from trimtab.profile import Profile, profile_for_manifests
 from trimtab.sim.run import SimConfig, simulate
 
 
-def run_sim(jobs: list[Job], path: Path, policy: str, live: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """`simulate --manifests` of the same workload, each job's duration its last live run (see the module)."""
+def run_sim(world: str, jobs: list[Job], path: Path, policy: str,
+            live: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """`simulate --manifests` of the same workload, each job's duration its last live run and its submit time the
+    live one, under the world's rule for evicted jobs (see the module)."""
     manifests = load_manifests(path)
     profile, _ = profile_for_manifests(Profile.load(policy), manifests)
     replayed = []
@@ -53,6 +58,10 @@ def run_sim(jobs: list[Job], path: Path, policy: str, live: dict[str, dict[str, 
         rec = live.get(job.id)
         if rec and rec["end"] is not None and rec["last_start"] is not None:
             job = dataclasses.replace(job, duration_s=rec["end"] - rec["last_start"])
+        if rec and rec.get("submit") is not None:
+            job = dataclasses.replace(job, submit_s=rec["submit"])
+        if world == "serve":  # no Job controller: a preempted job is queued again at once
+            job = dataclasses.replace(job, pod_backoff=None)
         replayed.append(job)
     record = simulate(manifests.nodes, replayed, profile, SimConfig(checkpoint_s=1e15, restart_s=0.0, timing=False))
     return {j["id"]: {"start": j["runs"][0]["start"] if j["runs"] else None, "end": j["end"],
@@ -134,7 +143,7 @@ def main() -> None:
         if args.live is not None:
             args.live.write_text(json.dumps(live))
     jobs = load_manifests(args.manifests).jobs
-    rows = compare(run_sim(jobs, args.manifests, args.policy, live), live)
+    rows = compare(run_sim(args.world, jobs, args.manifests, args.policy, live), live)
     for row in rows:
         print(json.dumps(row))
     print(json.dumps({"world": world_latency(args.world, jobs, live)}))

@@ -126,7 +126,8 @@ def _set_up(env: KubeEnv, docs: list[dict[str, Any]], crds: bool) -> None:
 
 
 def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str, dict[str, Any]]:
-    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it."""
+    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it, and its submit time
+    (when the last of its documents was created)."""
     crds = any(d["kind"] == "PodGroup" for d in docs)
     with KubeEnv(workdir, crds=crds) as env:
         _set_up(env, docs, crds)
@@ -137,9 +138,11 @@ def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str
             workloads = sorted((d for d in docs if d["kind"] in WORKLOAD_KINDS),
                                key=lambda d: (submit_s(d), WORKLOAD_KINDS.index(d["kind"])))
             start = time.time()
+            submitted: dict[str, float] = {}  # job -> when its last document was created
             for doc in workloads:
                 time.sleep(max(start + submit_s(doc) - time.time(), 0.0))
                 env.apply(doc)
+                submitted[job_of(doc)] = time.time() - start
             expected = sum(_pods_of(d) for d in workloads)
             deadline = time.time() + 600.0
             while len(log.done) < expected and time.time() < deadline:
@@ -149,4 +152,4 @@ def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str
             log.stop()
         finally:
             stop_process(proc)
-    return log.jobs(start)
+    return {job: {**rec, "submit": submitted.get(job)} for job, rec in log.jobs(start).items()}

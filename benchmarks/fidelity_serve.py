@@ -109,8 +109,8 @@ def _start_server(workdir: Path, cluster: Path, policy: str) -> tuple[subprocess
 
 def run_serve(docs: list[dict[str, Any]], manifests_path: Path, policy: str,
               workdir: Path) -> dict[str, dict[str, Any]]:
-    """The live run on trimtab serve: per job (tenant/name) its first start, the start of its last attempt, its
-    end and its preemptions, in seconds from the workload's start."""
+    """The live run on trimtab serve: per job (tenant/name) its submit time (as the store booked it), its first
+    start, the start of its last attempt, its end and its preemptions, in seconds from the workload's start."""
     proc, url, token = _start_server(workdir, cluster_file(manifests_path, workdir / "cluster.yaml"), policy)
     try:
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=30) as client:
@@ -152,4 +152,4 @@ def _record(job: dict[str, Any], start: float) -> dict[str, Any]:
     return {"first_start": min(r["start_s"] for r in runs) - start if runs else None,
             "last_start": min(r["start_s"] for r in last_runs) - start if last_runs else None,
             "end": max(r["end_s"] for r in last_runs) - start if ended else None,
-            "preemptions": job["preemptions"]}
+            "preemptions": job["preemptions"], "submit": job["submit_s"] - start}

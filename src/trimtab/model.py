@@ -214,6 +214,29 @@ class Elastic:
             raise ValueError(f"Elastic.resize_s must be >= 0, got {self.resize_s}")
 
 
+@dataclass(frozen=True, slots=True)
+class PodBackoff:
+    """How a workload controller brings back the pods of an evicted job, as Kubernetes's batch/v1 Job controller
+    does. Each evicted pod is a failed pod of the controller's `record` (the Job; with `per_index`, each index
+    keeps its own count, so a job's count is its evictions). The pods are recreated `delay_s(failed)` after the
+    eviction, and the job fails once more than `limit` have failed (`counts` False: a podFailurePolicy ignores
+    evictions, so only the delay applies). The rules and their sources: docs/kubernetes.md."""
+
+    record: str
+    limit: int
+    per_index: bool = False
+    counts: bool = True
+    base_s: float = 10.0  # DefaultJobPodFailureBackOff
+    max_s: float = 600.0  # MaxJobPodFailureBackOff
+
+    def delay_s(self, failed: int) -> float:
+        """The backoff after `failed` pod failures: `base_s` doubled per failure after the first, at most
+        `max_s`."""
+        if failed <= 0:
+            return 0.0
+        return min(self.base_s * 2.0 ** min(failed - 1, 62), self.max_s)
+
+
 def parse_gpu_range(text: str) -> tuple[int, int]:
     """(low, high) of a GPU range such as "2-8" (or "4": both ends 4), as `trimtab.io/gpus` and `--gpus` write it.
     Raises ValueError naming the text when it is not a range of positive integers, low first."""
@@ -271,6 +294,9 @@ class Job:
     # the range it may be resized in (None: a fixed-size job)
     scaling: ScalingModel | None = None
     elastic: Elastic | None = None
+    # a controller that recreates the job's pods after an eviction, with a backoff (a batch/v1 Job's pods);
+    # None: a preempted job is queued again at once
+    pod_backoff: PodBackoff | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", self.tasks * self.task.gpus)

@@ -439,3 +439,33 @@ def test_text_that_is_not_yaml_says_where():
     with pytest.raises(YamlSyntaxError) as err:
         load("kind: Pod\nspec: [unclosed")
     assert err.value.line == 2 and "column" in err.value.detail and "not valid YAML" in str(err.value)
+
+
+@pytest.mark.parametrize(("backoff", "rule"), [
+    ("", ("team-a/sweep", 6, False, True)),
+    ("backoffLimit: 2", ("team-a/sweep", 2, False, True)),
+    ("backoffLimitPerIndex: 1", ("team-a/sweep", 1, True, True)),
+    ("podFailurePolicy: {rules: [{action: Ignore, onPodConditions: [{type: DisruptionTarget}]}]}",
+     ("team-a/sweep", 6, False, False)),
+    ("podFailurePolicy: {rules: [{action: Ignore, onExitCodes: {operator: In, values: [42]}},"
+     " {action: FailJob, onPodConditions: [{type: DisruptionTarget, status: 'True'}]}]}",
+     ("team-a/sweep", 0, False, True)),
+    ("podFailurePolicy: {rules: [{action: Ignore, onPodConditions: [{type: DisruptionTarget, status: 'False'}]}]}",
+     ("team-a/sweep", 6, False, True)),
+])
+def test_a_batch_job_says_how_its_controller_brings_evicted_pods_back(backoff, rule):
+    """The Job controller's rule for evicted pods (job_backoff.py): the backoffLimit (or the per-index one) and the
+    first podFailurePolicy rule on the DisruptionTarget condition; its pods share the Job's record."""
+    (job,) = load(BATCH_JOB.format(backoff=backoff)).jobs
+    b = job.pod_backoff
+    assert (b.record, b.limit, b.per_index, b.counts) == rule
+    assert [b.delay_s(n) for n in (0, 1, 2, 4, 7, 50)] == [0.0, 10.0, 20.0, 80.0, 600.0, 600.0]
+    opted_out = "trimtab.io/duration: 2h, trimtab.io/gang: 'false'"
+    opted = load(BATCH_JOB.format(backoff=backoff).replace("trimtab.io/duration: 2h", opted_out))
+    assert {j.pod_backoff for j in opted.jobs} == {b}
+
+
+def test_a_pod_failure_policy_rule_of_an_unknown_action_names_its_field():
+    bad = "podFailurePolicy: {rules: [{action: Retry, onPodConditions: [{type: DisruptionTarget}]}]}"
+    with pytest.raises(FormatError, match=r"spec\.podFailurePolicy\.rules\[0\]\.action.*Retry"):
+        load(BATCH_JOB.format(backoff=bad))

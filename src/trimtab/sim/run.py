@@ -19,6 +19,7 @@ from trimtab.model import Job, JobState, Node, Outcome
 from trimtab.policy import Decision, Observations, Resize
 from trimtab.profile import Profile, Registry
 from trimtab.scheduler import Scheduler
+from trimtab.sim.controllers import PodRecreation
 from trimtab.sim.data import assign_datasets
 from trimtab.sim.engine import Engine, Kind
 from trimtab.sim.faults import FaultDriver, Faults, FaultSpec
@@ -105,6 +106,7 @@ class SimWorld(Actuator):
         self.ticks: set[float] = set()
         self.done = 0
         self.own_failures: dict[str, int] = {}
+        self.controllers = PodRecreation()
         models = build_models(config.speed, config.seed, self.cluster, speed)
         self.speed, self.topology, self.meter, self.data = models.speed, models.topology, models.meter, models.data
         self.scaled = ScalingSpeed()  # jobs with their own scaling model (elastic jobs, Pollux's workloads)
@@ -149,6 +151,8 @@ class SimWorld(Actuator):
     def preempt(self, victims: list[str], now_s: float) -> None:
         for victim in victims:
             self.stop(victim, Outcome.PREEMPTED)
+            if self.scheduler.jobs[victim].pod_backoff is not None:
+                self._recreate_later(victim)
 
     def start(self, starts: list[tuple[Job, Allocation]], now_s: float) -> None:
         for job, alloc in starts:
@@ -271,6 +275,19 @@ class SimWorld(Actuator):
             self.done += 1
         self.want_cycle(now)
 
+    def _recreate_later(self, job_id: str) -> None:
+        """A preempted job whose pods a controller recreates (model.PodBackoff): out of the queue until they are
+        back, or FAILED once the eviction passes the controller's limit."""
+        now = self.engine.now_s
+        delay_s = self.controllers.evicted(self.scheduler.jobs[job_id])
+        if delay_s is None:
+            self.scheduler.cancel(job_id, now)
+            self.recorder.ended(job_id, now, JobState.FAILED)
+            self.done += 1
+        elif delay_s > 0 and job_id not in self.scheduler.running:
+            self.scheduler.hold(job_id)
+            self.engine.at(now + delay_s, Kind.ARRIVAL, self.retry, job_id)
+
     def retry(self, job_id: str) -> None:
         self.scheduler.resume(job_id, self.engine.now_s)
         self.want_cycle(self.engine.now_s)
@@ -291,6 +308,7 @@ class SimWorld(Actuator):
         self.recorder.run_ended(job_id, now, Outcome.COMPLETED, job.duration_s - att.executed_before_s,
                                 requeued=False)
         self.recorder.ended(job_id, now, JobState.COMPLETED)
+        self.controllers.succeeded(job)
         if self.observe_speeds:
             self.observations.job_ran(job.job_type, att.alloc.nodes, 1.0 / att.slowdown, len(self.cluster))
         self.done += 1

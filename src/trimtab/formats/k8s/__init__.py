@@ -9,9 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from trimtab.formats.k8s.documents import documents_of_path, documents_of_text
+from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT
 from trimtab.formats.k8s.policy_objects import PriorityClass, QueueSpec, Quota, ReservationSpec
 from trimtab.formats.k8s.reader import Manifests, read_documents
-from trimtab.formats.k8s.workloads import BACKOFF_LIMIT, Container, Launch, PodRun
+from trimtab.formats.k8s.workloads import Container, Launch, PodRun
 
 
 def load_manifests(path_or_text: str | Path, *, text: bool = False) -> Manifests:

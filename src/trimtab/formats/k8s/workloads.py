@@ -20,9 +20,10 @@ from trimtab.formats.k8s.documents import (
     list_field,
     str_map,
 )
+from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT, pod_backoff
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
 from trimtab.formats.k8s.resources import pod_resources
-from trimtab.model import Elastic, Job, PodAffinity, Resources, parse_gpu_range
+from trimtab.model import Elastic, Job, PodAffinity, PodBackoff, Resources, parse_gpu_range
 
 DURATION = "trimtab.io/duration"
 SUBMIT = "trimtab.io/submit-time"
@@ -30,7 +31,6 @@ GPU_RANGE = "trimtab.io/gpus"  # an elastic gang's GPU range, e.g. "2-8" (docs/e
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
 GANG = "trimtab.io/gang"  # "false" on a Job or its pod template: its pods are scheduled one by one
-BACKOFF_LIMIT = 6  # Kubernetes's default spec.backoffLimit of a batch/v1 Job: retries before the Job fails
 MAX_PODS = 100_000  # pods of one workload; more is refused before anything is built for them
 
 _POD_SPEC_KEYS = (
@@ -152,7 +152,8 @@ class WorkloadReader:
     def read_batch_job(self, doc: Doc) -> None:
         """A batch/v1 Job: the pods the Job controller runs at once (`job_gang_size`) of its template, started
         together, or one by one (`name-i`) when the Job or its template opts out (`trimtab.io/gang: "false"`);
-        `backoffLimit` (default 6) retries."""
+        `backoffLimit` (default 6) retries, and its evicted pods come back as the Job controller brings them
+        (job_backoff.py)."""
         spec = doc.data.get("spec")
         if not isinstance(spec, dict):
             raise doc.error("spec", "a Job needs a spec mapping")
@@ -167,12 +168,13 @@ class WorkloadReader:
         size = job_gang_size(spec)
         retries = int_field(doc, spec.get("backoffLimit", BACKOFF_LIMIT), "spec.backoffLimit", 0)
         pod = self._pod(doc, template.get("spec"), "spec.template.spec", template.get("metadata") or {})
-        own = _own_annotations(doc)
+        own, backoff = _own_annotations(doc), pod_backoff(doc, spec)
         if str(own.get(GANG, pod.run.annotations.get(GANG, ""))).lower() != "false":
-            self._job(doc, [pod] * size, "", "", size, own, max_retries=retries)
+            self._job(doc, [pod] * size, "", "", size, own, max_retries=retries, backoff=backoff)
             return
         for i in range(size):
-            self._job(dataclasses.replace(doc, name=f"{doc.name}-{i}"), [pod], "", "", 1, own, max_retries=retries)
+            self._job(dataclasses.replace(doc, name=f"{doc.name}-{i}"), [pod], "", "", 1, own, max_retries=retries,
+                      backoff=backoff)
 
     def read_volcano_job(self, doc: Doc) -> None:
         """A Volcano Job: the replicas of every task in task order, a gang of the first `minAvailable` and
@@ -289,11 +291,13 @@ class WorkloadReader:
         )
 
     def _job(self, doc: Doc, pods: list[_PodSpec], class_name: str, queue: str, min_available: int,
-             own: Mapping[str, str] | None = None, max_retries: int | None = None, names: Sequence[str] = ()) -> None:
+             own: Mapping[str, str] | None = None, max_retries: int | None = None, names: Sequence[str] = (),
+             backoff: PodBackoff | None = None) -> None:
         """The Jobs of one workload: its first `min_available` pods as one gang named `namespace/name` of `doc`
         (identical tasks of the largest request, constrained like the first pod), and each pod beyond them as a
         one-pod Job named `namespace/` + its name in `names`, which follows the gang (`Job.after`: it starts only
-        once the gang has started). `own` are the workload document's annotations (duration, submit time)."""
+        once the gang has started). `own` are the workload document's annotations (duration, submit time);
+        `backoff`, how its controller recreates evicted pods (None: they are queued again at once)."""
         own = own or {}
         duration = annotation_seconds(doc, own, DURATION)
         if duration is None:
@@ -306,7 +310,7 @@ class WorkloadReader:
         common = dict(submit_s=submit, duration_s=duration, tenant=doc.namespace, priority=pc.value if pc else 0,
                       queue=queue, priority_class=pc.name if pc else "",
                       preemption_policy=pc.preemption_policy if pc else "PreemptLowerPriority",
-                      max_retries=max_retries)
+                      max_retries=max_retries, pod_backoff=backoff)
         _warn_if_pods_differ(doc, pods[:min_available])
         self._add(doc, gang_id, pods[:min_available], own, common)
         for name, pod in zip(names[min_available:], pods[min_available:], strict=True):
