@@ -9,12 +9,13 @@ lasts as long as its last live run did (from the start of its last attempt to it
 it arrived live, so the world's own latencies (KWOK completing a pod later than its duration, a process starting,
 the order in which two jobs of one submit time reach the scheduler) are not counted as trimtab's. What comes back
 after an eviction follows the world's rules: on kube, the Job controller recreates a Job's pods after its pod
-failure backoff (as `simulate --manifests` has it); serve queues a preempted job again at once. The world's
-latency is measured on its own and printed as the `world` line.
+failure backoff (as `simulate --manifests` has it), plus the controller's own latency as measured live; serve
+queues a preempted job again at once. The world's latency is measured on its own and printed as the `world`
+line.
 
 Output (stdout, one JSON line per job, then `world`, then `summary`):
     {"job", "sim_start_s", "live_start_s", "sim_end_s", "live_end_s", "sim_preemptions", "live_preemptions"}
-    {"world": {"name", "completion_lag_s": {"p50", "max"}, "jobs_unfinished"}}
+    {"world": {"name", "completion_lag_s": {"p50", "max"}, "jobs_unfinished", "recreate_lag_s"}}
     {"summary": {"jobs", "within_2s", "order_agreement", "preemptions_sim", "preemptions_live"}}
 Times are seconds from the workload's start; a job's start is its first start. `order_agreement` is Kendall's tau
 of the start orders.
@@ -54,6 +55,7 @@ def run_sim(world: str, jobs: list[Job], path: Path, policy: str,
     manifests = load_manifests(path)
     profile, _ = profile_for_manifests(Profile.load(policy), manifests)
     replayed = []
+    lag_s = controller_lag_s(jobs, live)
     for job in jobs:
         rec = live.get(job.id)
         if rec and rec["end"] is not None and rec["last_start"] is not None:
@@ -62,10 +64,26 @@ def run_sim(world: str, jobs: list[Job], path: Path, policy: str,
             job = dataclasses.replace(job, submit_s=rec["submit"])
         if world == "serve":  # no Job controller: a preempted job is queued again at once
             job = dataclasses.replace(job, pod_backoff=None)
+        elif job.pod_backoff is not None and lag_s is not None:
+            job = dataclasses.replace(job, pod_backoff=dataclasses.replace(job.pod_backoff, lag_s=lag_s))
         replayed.append(job)
     record = simulate(manifests.nodes, replayed, profile, SimConfig(checkpoint_s=1e15, restart_s=0.0, timing=False))
     return {j["id"]: {"start": j["runs"][0]["start"] if j["runs"] else None, "end": j["end"],
                       "preemptions": j["preemptions"]} for j in record["jobs"]}
+
+
+def controller_lag_s(jobs: list[Job], live: dict[str, dict[str, Any]]) -> float | None:
+    """The median time a Job controller took, past its pod failure backoff, to bring evicted pods back (None: no
+    pods came back): the world's latency, replayed by the simulation."""
+    lags = []
+    for job in jobs:
+        rec, backoff = live.get(job.id), job.pod_backoff
+        if rec is None or backoff is None:
+            continue
+        for k, (evicted, returned) in enumerate(zip(rec.get("evicted", []), rec.get("returned", []), strict=True)):
+            if returned is not None:
+                lags.append(returned - evicted - backoff.delay_s((k + 1) * (1 if backoff.per_index else job.tasks)))
+    return float(np.median(lags)) if lags else None
 
 
 def kendall_tau(a: list[float], b: list[float]) -> float:
@@ -105,7 +123,8 @@ def world_latency(world: str, jobs: list[Job], live: dict[str, dict[str, Any]]) 
             if rec["end"] is not None and rec["last_start"] is not None and job_id in durations]
     return {"name": world, "completion_lag_s": {"p50": _r(float(np.median(lags))) if lags else None,
                                                 "max": _r(max(lags)) if lags else None},
-            "jobs_unfinished": sum(1 for rec in live.values() if rec["end"] is None)}
+            "jobs_unfinished": sum(1 for rec in live.values() if rec["end"] is None),
+            "recreate_lag_s": _r(controller_lag_s(jobs, live))}
 
 
 def _r(x: float | None) -> float | None:

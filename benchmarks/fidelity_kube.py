@@ -2,9 +2,11 @@
 binaries from `make kube-env`) with the manifests' nodes, `trimtab kube --policy P` scheduling it, each workload
 object created at its `trimtab.io/submit-time` and each pod completed by KWOK after its `trimtab.io/duration`.
 
-What happened is what this script sees, polling the API server every POLL_S: when each pod was first seen bound
+What happened is what this script sees, polling the API server every POLL_S: when each pod was first seen, bound
 and Succeeded, and which pods vanished before they Succeeded (evicted; a gang's members evicted within 2 s of
-each other are one preemption)."""
+each other are one preemption). A job's submit time is when the last of the pods it first started with was seen
+(a Job's pods are the Job controller's to create, a little after the Job), and after each preemption the first
+pod seen again is when its controller brought it back."""
 
 from __future__ import annotations
 
@@ -50,6 +52,7 @@ class PodLog:
 
     def __init__(self, env: KubeEnv) -> None:
         self.env = env
+        self.seen: dict[str, float] = {}  # pod uid -> first seen
         self.bound: dict[str, float] = {}  # pod uid -> first seen bound
         self.done: dict[str, float] = {}  # pod uid -> first seen Succeeded
         self.job: dict[str, str] = {}  # pod uid -> job
@@ -71,6 +74,7 @@ class PodLog:
                 uid = pod["metadata"]["uid"]
                 seen.add(uid)
                 self.job.setdefault(uid, job_of(pod))
+                self.seen.setdefault(uid, now)
                 if pod["spec"].get("nodeName"):
                     self.bound.setdefault(uid, now)
                 if (pod.get("status") or {}).get("phase") == "Succeeded":
@@ -85,12 +89,14 @@ class PodLog:
         self._thread.join()
 
     def jobs(self, start: float) -> dict[str, dict[str, Any]]:
-        """Per job: first start, the start of its last run (its last bind before its last completion), end (its
-        last pod's completion, None if unfinished) and preemptions, in seconds from `start`."""
+        """Per job: submit, first start, the start of its last run (its last bind before its last completion), end
+        (its last pod's completion, None if unfinished), preemptions, and each preemption's time and when the job's
+        pods were seen again (None: never), in seconds from `start`."""
         pods: dict[str, dict[str, list[float]]] = {}
         for uid, job in self.job.items():
-            rec = pods.setdefault(job, {"binds": [], "ends": [], "evictions": []})
-            for key, seen in (("binds", self.bound), ("ends", self.done), ("evictions", self.evicted)):
+            rec = pods.setdefault(job, {"seen": [], "binds": [], "ends": [], "evictions": []})
+            for key, seen in (("seen", self.seen), ("binds", self.bound), ("ends", self.done),
+                              ("evictions", self.evicted)):
                 if uid in seen:
                     rec[key].append(seen[uid] - start)
         return {job: _record(rec) for job, rec in pods.items()}
@@ -98,11 +104,14 @@ class PodLog:
 
 def _record(rec: dict[str, list[float]]) -> dict[str, Any]:
     end = max(rec["ends"], default=None)
-    rounds = sorted(rec["evictions"])
-    return {"first_start": min(rec["binds"], default=None),
+    first_start = min(rec["binds"], default=None)
+    evictions = sorted(rec["evictions"])
+    rounds = [t for i, t in enumerate(evictions) if i == 0 or t - evictions[i - 1] > GANG_ROUND_S]
+    returns = [min((s for s in rec["seen"] if s > t), default=None) for t in rounds]
+    return {"submit": max((s for s in rec["seen"] if first_start is None or s <= first_start), default=None),
+            "first_start": first_start,
             "last_start": max((b for b in rec["binds"] if end is None or b <= end), default=None),
-            "end": end, "preemptions": sum(1 for i, t in enumerate(rounds)
-                                           if i == 0 or t - rounds[i - 1] > GANG_ROUND_S)}
+            "end": end, "preemptions": len(rounds), "evicted": rounds, "returned": returns}
 
 
 def _pods_of(doc: dict[str, Any]) -> int:
@@ -126,8 +135,7 @@ def _set_up(env: KubeEnv, docs: list[dict[str, Any]], crds: bool) -> None:
 
 
 def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str, dict[str, Any]]:
-    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it, and its submit time
-    (when the last of its documents was created)."""
+    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it."""
     crds = any(d["kind"] == "PodGroup" for d in docs)
     with KubeEnv(workdir, crds=crds) as env:
         _set_up(env, docs, crds)
@@ -138,11 +146,9 @@ def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str
             workloads = sorted((d for d in docs if d["kind"] in WORKLOAD_KINDS),
                                key=lambda d: (submit_s(d), WORKLOAD_KINDS.index(d["kind"])))
             start = time.time()
-            submitted: dict[str, float] = {}  # job -> when its last document was created
             for doc in workloads:
                 time.sleep(max(start + submit_s(doc) - time.time(), 0.0))
                 env.apply(doc)
-                submitted[job_of(doc)] = time.time() - start
             expected = sum(_pods_of(d) for d in workloads)
             deadline = time.time() + 600.0
             while len(log.done) < expected and time.time() < deadline:
@@ -152,4 +158,4 @@ def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str
             log.stop()
         finally:
             stop_process(proc)
-    return {job: {**rec, "submit": submitted.get(job)} for job, rec in log.jobs(start).items()}
+    return log.jobs(start)

@@ -220,7 +220,8 @@ class PodBackoff:
     does. Each evicted pod is a failed pod of the controller's `record` (the Job; with `per_index`, each index
     keeps its own count, so a job's count is its evictions). The pods are recreated `delay_s(failed)` after the
     eviction, and the job fails once more than `limit` have failed (`counts` False: a podFailurePolicy ignores
-    evictions, so only the delay applies). The rules and their sources: docs/kubernetes.md."""
+    evictions, so only the delay applies). `lag_s` is the controller's own latency past the backoff (a live
+    world's, measured; none by default). The rules and their sources: docs/kubernetes.md."""
 
     record: str
     limit: int
@@ -228,6 +229,7 @@ class PodBackoff:
     counts: bool = True
     base_s: float = 10.0  # DefaultJobPodFailureBackOff
     max_s: float = 600.0  # MaxJobPodFailureBackOff
+    lag_s: float = 0.0
 
     def delay_s(self, failed: int) -> float:
         """The backoff after `failed` pod failures: `base_s` doubled per failure after the first, at most

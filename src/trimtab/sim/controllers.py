@@ -25,7 +25,7 @@ class PodRecreation:
             self.counted[key] = self.counted.get(key, 0) + failed
             if self.counted[key] > backoff.limit:
                 return None
-        return backoff.delay_s(since)
+        return backoff.delay_s(since) + backoff.lag_s
 
     def succeeded(self, job: Job) -> None:
         """`job`'s pods succeeded: its record's backoff starts again from none (its count toward the limit
