@@ -9,16 +9,18 @@ lasts as long as its last live run did (from the start of its last attempt to it
 it arrived live, so the world's own latencies (KWOK completing a pod later than its duration, a process starting,
 the order in which two jobs of one submit time reach the scheduler) are not counted as trimtab's. What comes back
 after an eviction follows the world's rules: on kube, the Job controller recreates a Job's pods after its pod
-failure backoff (as `simulate --manifests` has it), plus the controller's own latency as measured live; serve
-queues a preempted job again at once. The world's latency is measured on its own and printed as the `world`
-line.
+failure backoff (as `simulate --manifests` has it), plus the controller's own latency as measured live, and a
+preemptor's GPUs come free as long after the eviction as they did live (the median from a victim's pod seen
+terminating to another job's pod seen bound on its node: `SimConfig.evict_s`); serve queues a preempted job again
+at once. The world's latency is measured on its own and printed as the `world` line.
 
 Output (stdout, one JSON line per job, then `world`, then `summary`):
     {"job", "sim_start_s", "live_start_s", "sim_end_s", "live_end_s", "sim_preemptions", "live_preemptions"}
-    {"world": {"name", "completion_lag_s": {"p50", "max"}, "jobs_unfinished", "recreate_lag_s"}}
+    {"world": {"name", "completion_lag_s": {"p50", "max"}, "jobs_unfinished", "recreate_lag_s", "evict_lag_s"}}
     {"summary": {"jobs", "within_2s", "order_agreement", "preemptions_sim", "preemptions_live"}}
-Times are seconds from the workload's start; a job's start is its first start. `order_agreement` is Kendall's tau
-of the start orders.
+Times are seconds from the workload's start; a job's start is its first start (simulated: when its first run
+began to make progress, which for a preemptor is once its victims' GPUs were free). `order_agreement` is Kendall's
+tau of the start orders.
 
 Usage (from the project root):
     .venv/bin/python benchmarks/fidelity.py --manifests benchmarks/fidelity/mixed-1.yaml --policy fifo-backfill \
@@ -48,8 +50,8 @@ from trimtab.profile import Profile, profile_for_manifests
 from trimtab.sim.run import SimConfig, simulate
 
 
-def run_sim(world: str, jobs: list[Job], path: Path, policy: str,
-            live: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+def run_sim(world: str, jobs: list[Job], path: Path, policy: str, live: dict[str, dict[str, Any]],
+            evict_s: float = 0.0) -> dict[str, dict[str, Any]]:
     """`simulate --manifests` of the same workload, each job's duration its last live run and its submit time the
     live one, under the world's rule for evicted jobs (see the module)."""
     manifests = load_manifests(path)
@@ -67,8 +69,9 @@ def run_sim(world: str, jobs: list[Job], path: Path, policy: str,
         elif job.pod_backoff is not None and lag_s is not None:
             job = dataclasses.replace(job, pod_backoff=dataclasses.replace(job.pod_backoff, lag_s=lag_s))
         replayed.append(job)
-    record = simulate(manifests.nodes, replayed, profile, SimConfig(checkpoint_s=1e15, restart_s=0.0, timing=False))
-    return {j["id"]: {"start": j["runs"][0]["start"] if j["runs"] else None, "end": j["end"],
+    config = SimConfig(checkpoint_s=1e15, restart_s=0.0, evict_s=evict_s, timing=False)
+    record = simulate(manifests.nodes, replayed, profile, config)
+    return {j["id"]: {"start": j["runs"][0]["progress_from"] if j["runs"] else None, "end": j["end"],
                       "preemptions": j["preemptions"]} for j in record["jobs"]}
 
 
@@ -115,16 +118,22 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "preemptions_live": sum(r["live_preemptions"] for r in rows)}
 
 
-def world_latency(world: str, jobs: list[Job], live: dict[str, dict[str, Any]]) -> dict[str, Any]:
+def evict_lag_s(lags: list[float]) -> float:
+    """The median of the live eviction lags (0 without any): what the simulation replays as `evict_s`."""
+    return float(np.median(lags)) if lags else 0.0
+
+
+def world_latency(world: str, jobs: list[Job], live: dict[str, dict[str, Any]], evict_s: float) -> dict[str, Any]:
     """The world's completion lag: each finished job's last run (start of its last attempt to its end) past its
-    duration (KWOK completing a pod; a process starting, sleeping and its exit being seen)."""
+    duration (KWOK completing a pod; a process starting, sleeping and its exit being seen); the Job controller's
+    lag; the eviction lag replayed."""
     durations = {job.id: job.duration_s for job in jobs if job.duration_s is not None}
     lags = [rec["end"] - rec["last_start"] - durations[job_id] for job_id, rec in live.items()
             if rec["end"] is not None and rec["last_start"] is not None and job_id in durations]
     return {"name": world, "completion_lag_s": {"p50": _r(float(np.median(lags))) if lags else None,
                                                 "max": _r(max(lags)) if lags else None},
             "jobs_unfinished": sum(1 for rec in live.values() if rec["end"] is None),
-            "recreate_lag_s": _r(controller_lag_s(jobs, live))}
+            "recreate_lag_s": _r(controller_lag_s(jobs, live)), "evict_lag_s": _r(evict_s)}
 
 
 def _r(x: float | None) -> float | None:
@@ -136,14 +145,17 @@ def _documents(path: Path) -> list[dict[str, Any]]:
     return [doc for f in files for doc in yaml.safe_load_all(f.read_text()) if doc]
 
 
-def run_live(world: str, path: Path, policy: str, workdir: Path | None) -> dict[str, dict[str, Any]]:
+def run_live(world: str, path: Path, policy: str, workdir: Path | None) -> dict[str, Any]:
+    """The live run: `jobs` (per job, as the world's script records it) and `evict_lags_s` (kube's; serve: none)."""
     docs = _documents(path)
     if world == "kube" and missing_binaries():
         sys.exit(f"the control-plane binaries are missing ({', '.join(missing_binaries())}): run `make kube-env`")
     with tempfile.TemporaryDirectory(prefix="trimtab-fidelity-") as tmp:
         where = workdir or Path(tmp)
         where.mkdir(parents=True, exist_ok=True)
-        return run_kube(docs, policy, where) if world == "kube" else run_serve(docs, path, policy, where)
+        if world == "kube":
+            return run_kube(docs, policy, where)
+        return {"jobs": run_serve(docs, path, policy, where), "evict_lags_s": []}
 
 
 def main() -> None:
@@ -161,11 +173,11 @@ def main() -> None:
         live = run_live(args.world, args.manifests, args.policy, args.workdir)
         if args.live is not None:
             args.live.write_text(json.dumps(live))
-    jobs = load_manifests(args.manifests).jobs
-    rows = compare(run_sim(args.world, jobs, args.manifests, args.policy, live), live)
+    jobs, by_job, evict_s = load_manifests(args.manifests).jobs, live["jobs"], evict_lag_s(live["evict_lags_s"])
+    rows = compare(run_sim(args.world, jobs, args.manifests, args.policy, by_job, evict_s), by_job)
     for row in rows:
         print(json.dumps(row))
-    print(json.dumps({"world": world_latency(args.world, jobs, live)}))
+    print(json.dumps({"world": world_latency(args.world, jobs, by_job, evict_s)}))
     print(json.dumps({"summary": summary(rows)}))
 
 

@@ -57,6 +57,8 @@ class PodLog:
         self.done: dict[str, float] = {}  # pod uid -> first seen Succeeded
         self.job: dict[str, str] = {}  # pod uid -> job
         self.evicted: dict[str, float] = {}  # pod uid -> seen gone before it Succeeded
+        self.terminating: dict[str, float] = {}  # pod uid -> first seen with a deletionTimestamp (evicted)
+        self.node: dict[str, str] = {}  # pod uid -> the node it was bound to
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -77,6 +79,9 @@ class PodLog:
                 self.seen.setdefault(uid, now)
                 if pod["spec"].get("nodeName"):
                     self.bound.setdefault(uid, now)
+                    self.node.setdefault(uid, pod["spec"]["nodeName"])
+                if pod["metadata"].get("deletionTimestamp"):
+                    self.terminating.setdefault(uid, now)
                 if (pod.get("status") or {}).get("phase") == "Succeeded":
                     self.done.setdefault(uid, now)
             for uid in self.bound:
@@ -100,6 +105,18 @@ class PodLog:
                 if uid in seen:
                     rec[key].append(seen[uid] - start)
         return {job: _record(rec) for job, rec in pods.items()}
+
+    def evict_lags(self) -> list[float]:
+        """Per eviction (a pod seen terminating): the time until another job's pod was first seen bound on its
+        node (the victim's GPUs freed and given on: what `SimConfig.evict_s` replays)."""
+        lags = []
+        for uid, evicted in self.terminating.items():
+            node, job = self.node.get(uid), self.job[uid]
+            after = [t for other, t in self.bound.items()
+                     if self.node.get(other) == node and self.job[other] != job and t >= evicted]
+            if after:
+                lags.append(min(after) - evicted)
+        return lags
 
 
 def _record(rec: dict[str, list[float]]) -> dict[str, Any]:
@@ -135,7 +152,8 @@ def _set_up(env: KubeEnv, docs: list[dict[str, Any]], crds: bool) -> None:
 
 
 def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str, dict[str, Any]]:
-    """The live run on a KWOK cluster (see the module): per job as `PodLog.jobs` gives it."""
+    """The live run on a KWOK cluster (see the module): `jobs`, per job as `PodLog.jobs` gives it, and
+    `evict_lags_s` as `PodLog.evict_lags` does."""
     crds = any(d["kind"] == "PodGroup" for d in docs)
     with KubeEnv(workdir, crds=crds) as env:
         _set_up(env, docs, crds)
@@ -158,4 +176,4 @@ def run_kube(docs: list[dict[str, Any]], policy: str, workdir: Path) -> dict[str
             log.stop()
         finally:
             stop_process(proc)
-    return log.jobs(start)
+    return {"jobs": log.jobs(start), "evict_lags_s": log.evict_lags()}

@@ -40,6 +40,8 @@ SeedOpt = Annotated[int, typer.Option(help="Seed of the run (and of a synthetic 
 CheckpointOpt = Annotated[float, typer.Option("--checkpoint-s",
                                               help="Checkpoint interval; 0: preemption loses nothing.")]
 RestartOpt = Annotated[float, typer.Option("--restart-s", help="Restart cost of a resumed attempt, seconds.")]
+EvictOpt = Annotated[float, typer.Option("--evict-s", help="Seconds a preempted job's GPUs take to come free (its "
+                                                           "pods terminating); a job started on them waits.")]
 WindowOpt = Annotated[float, typer.Option("--window-s", help="Width of the metric windows, seconds.")]
 TimingOpt = Annotated[bool, typer.Option("--timing/--no-timing",
                                          help="Record the scheduler's wall-clock cost (not reproducible).")]
@@ -152,7 +154,8 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                  checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0, window_s: WindowOpt = 3600.0,
                  timing: TimingOpt = True, faults: FaultsOpt = "", speed: SpeedOpt = "", load: LoadOpt = 1.0,
                  burst: BurstOpt = None, manifests: ManifestsOpt = None, from_cluster: FromClusterOpt = False,
-                 kubeconfig: KubeconfigOpt = None, pod_duration_s: PodDurationOpt = 3600.0) -> None:
+                 kubeconfig: KubeconfigOpt = None, pod_duration_s: PodDurationOpt = 3600.0,
+                 evict_s: EvictOpt = 0.0) -> None:
     """Replay a workload on a cluster under one policy and print the summary metrics."""
     from trimtab.cli.kube import load_cluster_twin, print_twin_placements
     from trimtab.sim.run import SimConfig, simulate
@@ -166,7 +169,8 @@ def simulate_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
         profile = load_profile(policy, read)
         cluster = cluster or str(manifests or "the live cluster")
         config = SimConfig(seed=seed, checkpoint_s=checkpoint_s, restart_s=restart_s, window_s=window_s,
-                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()))
+                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()),
+                           evict_s=evict_s)
     except (ValueError, OSError) as exc:
         fail(str(exc))
     t0 = time.perf_counter()

@@ -41,6 +41,8 @@ class SimConfig:
         overrides it); a preempted or failed attempt keeps only the progress up to its last checkpoint. 0 means
         nothing is ever lost (a preempted job is suspended and resumed, as Tiresias's simulator assumes).
     restart_s: time a restarted attempt spends before it makes progress again (reload, warm-up).
+    evict_s: time a preempted job's GPUs take to come free (on Kubernetes: its pods terminating, then seen
+        gone); a job started on them makes progress only after (docs/fidelity.md).
     window_s: width of the windows of the time series (DESIGN.md metrics).
     timing: record the wall-clock cost of the scheduler (the only numbers that differ between identical runs).
     faults: a `--faults` spec (sim/faults.py: inline `node-mtbf=7d,...` or a YAML path); "" for none.
@@ -53,6 +55,7 @@ class SimConfig:
     seed: int = 0
     checkpoint_s: float = 600.0
     restart_s: float = 30.0
+    evict_s: float = 0.0
     window_s: float = 3600.0
     timing: bool = True
     faults: str = ""
@@ -61,8 +64,8 @@ class SimConfig:
     bursts: tuple[str, ...] = field(default=())
 
     def __post_init__(self) -> None:
-        if self.checkpoint_s < 0 or self.restart_s < 0:
-            raise ValueError("checkpoint_s and restart_s must be >= 0")
+        if self.checkpoint_s < 0 or self.restart_s < 0 or self.evict_s < 0:
+            raise ValueError("checkpoint_s, restart_s and evict_s must be >= 0")
         if self.load <= 0:
             raise ValueError(f"load must be > 0, got {self.load}")
         self.fault_spec()
@@ -107,6 +110,7 @@ class SimWorld(Actuator):
         self.done = 0
         self.own_failures: dict[str, int] = {}
         self.controllers = PodRecreation()
+        self.freed_at: dict[int, float] = {}  # node -> when the GPUs of the jobs evicted from it come free (evict_s)
         models = build_models(config.speed, config.seed, self.cluster, speed)
         self.speed, self.topology, self.meter, self.data = models.speed, models.topology, models.meter, models.data
         self.scaled = ScalingSpeed()  # jobs with their own scaling model (elastic jobs, Pollux's workloads)
@@ -150,13 +154,21 @@ class SimWorld(Actuator):
 
     def preempt(self, victims: list[str], now_s: float) -> None:
         for victim in victims:
+            if self.config.evict_s > 0:
+                for node in self.attempts[victim].alloc.nodes.tolist():
+                    self.freed_at[node] = now_s + self.config.evict_s
             self.stop(victim, Outcome.PREEMPTED)
             if self.scheduler.jobs[victim].pod_backoff is not None:
                 self._recreate_later(victim)
 
     def start(self, starts: list[tuple[Job, Allocation]], now_s: float) -> None:
         for job, alloc in starts:
-            self.run_attempt(job, alloc)
+            if not self.freed_at:
+                self.run_attempt(job, alloc)
+                continue
+            # a start on a node still freeing GPUs waits for it, as trimtab kube's nominated starts do
+            freed_s = max(self.freed_at.get(node, now_s) for node in alloc.nodes.tolist())
+            self.run_attempt(job, alloc, wait_s=max(freed_s - now_s, 0.0))
 
     def resize(self, resizes: list[Resize], now_s: float) -> None:
         for resize in resizes:
@@ -173,9 +185,10 @@ class SimWorld(Actuator):
 
     # ------------------------------------------------------------------------------------------------ attempts
 
-    def run_attempt(self, job: Job, alloc: Allocation, restart_s: float | None = None) -> None:
-        """Start an attempt of `job` on `alloc`; it makes progress after `restart_s` (default: the run's restart
-        cost for a job that ran before, none for a first start)."""
+    def run_attempt(self, job: Job, alloc: Allocation, restart_s: float | None = None, wait_s: float = 0.0) -> None:
+        """Start an attempt of `job` on `alloc`; it makes progress after `wait_s` (its GPUs still coming free)
+        and then `restart_s` (default: the run's restart cost for a job that ran before, none for a first
+        start)."""
         now = self.engine.now_s
         before = self.scheduler.running[job.id].prior_executed_s
         attempt = len(self.recorder.jobs[job.id].runs)
@@ -183,7 +196,7 @@ class SimWorld(Actuator):
             restart_s = self.config.restart_s if attempt else 0.0
         speed = self.speed if job.scaling is None else self.scaled
         slowdown = speed.slowdown(job, alloc, self.cluster)
-        progress_from = now + restart_s
+        progress_from = now + wait_s + restart_s
         if self.data is not None:
             progress_from += self.data.delay_s(job.dataset, job.dataset_gb, alloc.nodes, now)
         assert job.duration_s is not None
