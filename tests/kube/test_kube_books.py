@@ -248,3 +248,29 @@ def test_delay_holds_a_gang_for_one_node_and_wakes_the_loop_when_its_wait_runs_o
     assert "one node" in api.unschedulable["default/g-0"]
     sched.cycle(LATER_S + 30)
     assert sorted(api.bound.values()) == ["n1", "n2"]
+
+
+def test_reserve_keeps_a_gangs_reservation_across_cycles_and_lets_it_go_after_its_timeout() -> None:
+    """reserve on Kubernetes as in simulation: a blocked gang of 8 GPUs reserves the GPUs free now, so a pod that
+    would end after the reservation starts waits; the gang holds it for `gang_timeout_s` counted from its first
+    cycle (state a rebuilt Scheduler would forget), then lets it go and the pod binds."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.model_validate({"name": "reserve", "order": ["fifo"],
+                                      "backfill": [{"reserve": {"min_gpus": 8, "gang_timeout_s": 60}}]})
+    api = FakeApi()
+    sched = KubeScheduler(api, profile)  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 4), gpu_node("n2", 4)])
+    sched.informers["podgroups"].load([pod_group("g", 2)])
+    two_hours = {"trimtab.io/duration": "7200s"}  # x started an hour before LATER_S: it ends an hour after
+    gang = [gpu_pod(f"g-{i}", 4, group="g", created="2026-12-01T10:30:00Z") for i in range(2)]
+    sched.informers["pods"].load([gpu_pod("x", 2, node="n1", annotations=two_hours), *gang])
+    sched.cycle(LATER_S)
+    assert api.bound == {}
+    late = gpu_pod("long", 1, annotations=two_hours, created="2026-12-01T11:00:00Z")
+    sched.informers["pods"].load([*sched.informers["pods"].items(), late])
+    sched.cycle(LATER_S + 30)
+    assert api.bound == {}, "the reservation holds the free GPUs from a pod that would outlast its start"
+    sched.cycle(LATER_S + 61)
+    assert list(api.bound) == ["default/long"] and sched.books.rebuilds == 1

@@ -170,6 +170,16 @@ def test_a_gang_that_times_out_lets_its_reservation_go_for_a_while():
     assert late == 1000.0 < gang, "after the timeout the late jobs start at once"
 
 
+def test_a_gang_timeout_wakes_the_cycle_when_the_reservation_goes():
+    """Jobs that arrive while the reservation holds start when it times out (the gang reserved at 10 s, held 900
+    s), though nothing else happens then: the plugin asks for a wake-up."""
+    jobs = [job(f"s{i}", 1, duration_s=3600.0 + 60 * i) for i in range(8)]
+    jobs += [job("gang", 16, submit_s=10.0, duration_s=600.0), job("late", 1, submit_s=100.0, duration_s=7200.0)]
+    p = Profile(name="r", order=["fifo"], backfill=[{"reserve": {"min_gpus": 8, "gang_timeout_s": 900.0}}])
+    result = {j["id"]: j for j in simulate(nodes(2, 8), jobs, p, SimConfig(timing=False))["jobs"]}
+    assert result["late"]["runs"][0]["start"] == 910.0
+
+
 def test_drf_with_a_half_life_remembers_who_used_the_cluster_recently():
     """Queue a ran alone for an hour, then both queues hold nothing. Plain drf ties them; with a half-life of an
     hour a's past use puts b first, and the memory fades: a day later the decayed usage is nearly gone."""

@@ -185,7 +185,7 @@ class LiveBooks:
         known = scheduler.jobs.get(job_id)
         job = known if known is not None and known.tasks == len(pods) and known.task == first.task else Job(
             job_id, min(start for _, _, start in pods), len(pods), first.task, tenant=first.tenant,
-            priority=first.priority)
+            priority=first.priority, duration_s=first.duration_s)
         counts: dict[int, int] = {}
         for _, node, _ in pods:
             index = scheduler.cluster.index[node]

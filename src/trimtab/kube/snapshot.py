@@ -19,9 +19,10 @@ from typing import Any
 
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
-from trimtab.formats.k8s.workloads import COSCHED_GROUP, VOLCANO_GROUP
+from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, VOLCANO_GROUP
 from trimtab.kube.owners import owner_group, owner_groups
 from trimtab.model import Job, Node, Resources
+from trimtab.units import parse_duration_s
 
 Obj = dict[str, Any]
 # a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
@@ -279,16 +280,17 @@ class SnapshotReader:
             return []
 
     def _holding_job(self, pod: Obj) -> Job:
-        """A bound pod as a one-task Job of its requests and priority (what it holds, what evicting it costs). A
-        pod already terminating holds its resources until it is gone but is no one's victim again: it counts as
-        of the highest priority."""
+        """A bound pod as a one-task Job of its requests, priority and stated duration (what it holds, what evicting
+        it costs, when it is expected to end). A pod already terminating holds its resources until it is gone but
+        is no one's victim again: it counts as of the highest priority."""
         uid = pod["metadata"]["uid"]
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
         job = self._holding_jobs.get(uid)
         if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
             task = self._holding_task(pod)
             priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
-            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority)
+            job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority,
+                      duration_s=_stated_duration_s(pod))
             self._holding_jobs[uid] = job
         return job
 
@@ -429,3 +431,13 @@ def _group_doc(group: Obj, bound: int) -> Obj:
     spec = dict(group.get("spec") or {})
     spec["minMember"] = max(1, int(spec.get("minMember", 1)) - bound)
     return {"apiVersion": group["apiVersion"], "kind": "PodGroup", "metadata": group["metadata"], "spec": spec}
+
+
+def _stated_duration_s(pod: Obj) -> float | None:
+    """A pod's `trimtab.io/duration` in seconds (None: absent, or not a duration; the reader told the user so
+    when the pod was pending)."""
+    value = (pod["metadata"].get("annotations") or {}).get(DURATION)
+    try:
+        return parse_duration_s(str(value)) if value is not None else None
+    except ValueError:
+        return None

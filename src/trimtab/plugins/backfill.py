@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from trimtab.model import Job
-from trimtab.policy import CycleContext, Plugin, Reservation
+from trimtab.policy import CycleContext, Decision, Plugin, Reservation
 
 
 class Strict(Plugin):
@@ -28,8 +28,8 @@ class Reserve(Plugin):
     reservation starts, which cannot delay it. One reservation at a time.
 
     `gang_timeout_s`: a gang that has held a reservation this long without starting lets it go for as long again
-    (others run meanwhile), then may reserve anew. Jobs of unknown duration never make a reservation computable,
-    so then none is made."""
+    (others run meanwhile), then may reserve anew; the cycle is woken when either turn comes. Jobs of unknown
+    duration never make a reservation computable, so then none is made."""
 
     def __init__(self, min_gpus: int = 8, max_wait_s: float | None = 6 * 3600.0,
                  gang_timeout_s: float | None = None) -> None:
@@ -38,9 +38,13 @@ class Reserve(Plugin):
         self.gang_timeout_s = gang_timeout_s
         self._since: dict[str, float] = {}  # job -> when it first held its current reservation
         self._made = False
+        self._turn_s = math.inf  # when the earliest gang seen this cycle lets its reservation go or may take one
 
     def open(self, ctx: CycleContext) -> None:
-        self._made = False
+        self._made, self._turn_s = False, math.inf
+
+    def close(self, ctx: CycleContext, decision: Decision) -> float | None:
+        return self._turn_s if math.isfinite(self._turn_s) else None
 
     def backfill(self, job: Job, ctx: CycleContext) -> Reservation | None:
         if self._made:
@@ -52,9 +56,12 @@ class Reserve(Plugin):
             since = self._since.setdefault(job.id, ctx.now_s)
             held = ctx.now_s - since
             if held >= 2 * self.gang_timeout_s:
-                self._since[job.id] = ctx.now_s
-            elif held >= self.gang_timeout_s:
+                self._since[job.id] = since = ctx.now_s
+                held = 0.0
+            if held >= self.gang_timeout_s:
+                self._turn_s = min(self._turn_s, since + 2 * self.gang_timeout_s)
                 return None  # timed out: released for a while
+            self._turn_s = min(self._turn_s, since + self.gang_timeout_s)
         plan = self._earliest(job, ctx)
         if plan is None:
             return None
