@@ -217,7 +217,7 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
                 seeds: Annotated[str, typer.Option(help="Several seeds, comma-separated (e.g. 1,2,3): each policy "
                                                         "runs once per seed; tables and verdict give the mean and "
                                                         "the range.")] = "",
-                checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0,
+                checkpoint_s: CheckpointOpt = 600.0, restart_s: RestartOpt = 30.0, evict_s: EvictOpt = 0.0,
                 window_s: Annotated[float | None, typer.Option(
                     "--window-s", help="Width of the metric windows (throughput CV; default 3600) and of the "
                     "report's windows (default: sized to the run), seconds.")] = None,
@@ -237,8 +237,8 @@ def compare_cmd(cluster: ClusterOpt = "", workload: WorkloadOpt = "",
         fail(f"--seeds {seeds}: give whole numbers separated by commas, e.g. 1,2,3")
     try:
         windows = {} if window_s is None else {"window_s": window_s}
-        config = SimConfig(seed=seed_list[0], checkpoint_s=checkpoint_s, restart_s=restart_s, timing=timing,
-                           faults=faults, speed=speed, load=load, bursts=tuple(burst or ()), **windows)
+        config = SimConfig(seed=seed_list[0], checkpoint_s=checkpoint_s, restart_s=restart_s, evict_s=evict_s,
+                           timing=timing, faults=faults, speed=speed, load=load, bursts=tuple(burst or ()), **windows)
     except (ValueError, OSError) as exc:
         fail(str(exc))
     _compare(cluster, workload, [p.strip() for p in policies.split(",") if p.strip()], out_dir, config, workers,
