@@ -123,15 +123,18 @@ class Scheduler:
         self._held.remove(job_id)
         self._enqueue(self.jobs[job_id], now_s)
 
-    def credit(self, job_id: str, executed_s: float) -> None:
+    def credit(self, job_id: str, executed_s: float, attained_gpu_s: float | None = None) -> None:
         """Set the run time a preempted (now pending) job keeps, once the world knows its checkpoint loss, or that
-        a resized (running) job carries into its new run."""
+        a resized (running) job carries into its new run; with `attained_gpu_s`, a pending job's attained service
+        too (a live world's new leader taking over the credit its predecessor kept)."""
         if job_id in self.running:
             self.running[job_id].prior_executed_s = executed_s
             return
         if self.state.get(job_id) is not JobState.PENDING:
             raise ValueError(f"job {job_id!r} is not pending")
         self.prior_executed_s[job_id] = executed_s
+        if attained_gpu_s is not None:
+            self.prior_attained_gpu_s[job_id] = attained_gpu_s
         if self.framework.static_order:  # its key may depend on the progress it kept (srtf): sort it again
             self._dequeue(job_id)
             self._enqueue(self.jobs[job_id], self._now_s)

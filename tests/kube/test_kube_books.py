@@ -274,3 +274,72 @@ def test_reserve_keeps_a_gangs_reservation_across_cycles_and_lets_it_go_after_it
     assert api.bound == {}, "the reservation holds the free GPUs from a pod that would outlast its start"
     sched.cycle(LATER_S + 61)
     assert list(api.bound) == ["default/long"] and sched.books.rebuilds == 1
+
+
+class CreditApi(FakeApi):
+    """A fake API that also keeps ConfigMaps' keys (the credit of kube/credit.py)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.configs: dict[tuple[str, str, str], str] = {}
+
+    def read_config(self, namespace: str, name: str, key: str) -> str | None:
+        return self.configs.get((namespace, name, key))
+
+    def write_config(self, namespace: str, name: str, key: str, text: str) -> None:
+        self.configs[(namespace, name, key)] = text
+
+
+def _preempt_train(api: FakeApi) -> tuple[Any, dict[str, Any]]:
+    """A leader that preempted gang `train` (4 GPUs for an hour) for pod `high`; returns it and `high`."""
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    sched = KubeScheduler(api, Profile.load("priority"), credit_at=("kube-system", "trimtab-credit"))  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 4)])
+    sched.informers["podgroups"].load([pod_group("train", 1)])
+    sched.informers["priorityclasses"].load([URGENT])
+    high = gpu_pod("high", 4, priorityClassName="urgent")
+    sched.informers["pods"].load([gpu_pod("w0", 4, group="train", node="n1"), high])
+    sched.cycle(LATER_S)
+    assert api.evicted == ["default/w0"]
+    return sched, high
+
+
+def test_a_new_leader_goes_on_from_the_credit_the_last_one_wrote() -> None:
+    """The leader writes each job's credit to a ConfigMap (kube/credit.py); a new leader reads it when its term
+    begins, so the preempted gang keeps the GPU-seconds it attained (las and steady order by them) though its
+    pods are new and no pod of it is bound."""
+    import json
+
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    api = CreditApi()
+    old, high = _preempt_train(api)
+    old._reports.shutdown(wait=True)  # the credit's write runs on the report threads
+    text = api.configs[("kube-system", "trimtab-credit", "credit.json")]
+    assert json.loads(text)["jobs"] == {"default/train": [4 * 3600.0, 3600.0]}
+    new = KubeScheduler(api, Profile.load("priority"), credit_at=("kube-system", "trimtab-credit"))  # type: ignore[arg-type]
+    new.informers["nodes"].load([gpu_node("n1", 4)])
+    new.informers["podgroups"].load([pod_group("train", 1)])
+    new.informers["priorityclasses"].load([URGENT])
+    bound = {**high, "spec": {**high["spec"], "nodeName": "n1"}, "status": {"phase": "Running",
+                                                                          "startTime": "2026-12-01T11:00:01Z"}}
+    new.informers["pods"].load([bound, gpu_pod("w0-again", 4, group="train", created="2026-12-01T11:00:05Z")])
+    new.cycle(LATER_S + 10)
+    scheduler = new.books.scheduler
+    assert scheduler.state["default/train"] is JobState.PENDING
+    assert scheduler.prior_attained_gpu_s["default/train"] == pytest.approx(4 * 3600.0)
+    assert scheduler.prior_executed_s["default/train"] == pytest.approx(3600.0)
+
+
+def test_a_rebuild_within_a_term_keeps_the_credit() -> None:
+    """A node whose labels change rebuilds the Scheduler; the preempted gang's credit goes into the new one."""
+    api = CreditApi()
+    sched, high = _preempt_train(api)
+    sched.informers["nodes"].load([gpu_node("n1", 4, labels={"trimtab.io/rack": "r2"})])
+    sched.informers["pods"].load([high, gpu_pod("w0-again", 4, group="train", created="2026-12-01T11:00:05Z")])
+    sched.cycle(LATER_S + 1)
+    assert sched.books.rebuilds == 2
+    assert sched.books.scheduler.prior_attained_gpu_s["default/train"] == pytest.approx(4 * 3600.0)

@@ -90,3 +90,16 @@ def _bound(env: KubeEnv, job: str) -> int:
 def _complete(env: KubeEnv, job: str) -> Any:
     status = env.request("GET", f"/apis/batch/v1/namespaces/default/jobs/{job}").get("status") or {}
     return any(c["type"] == "Complete" and c["status"] == "True" for c in status.get("conditions") or [])
+
+
+def test_the_credit_configmap_is_created_then_patched_and_read_back(kube_env: KubeEnv) -> None:
+    """What kube/credit.py writes through the API server: a ConfigMap created on the first write (404 to the
+    merge patch), patched after, one key read back; an absent one reads as None."""
+    from trimtab.kube.api import KubeApi
+
+    api = KubeApi.connect(str(kube_env.kubeconfig), "trimtab-credit-test")
+    assert api.read_config("kube-system", "trimtab-credit-test-credit", "credit.json") is None
+    api.write_config("kube-system", "trimtab-credit-test-credit", "credit.json", '{"version":1,"jobs":{}}')
+    api.write_config("kube-system", "trimtab-credit-test-credit", "credit.json", '{"version":1,"jobs":{"a":[1,2]}}')
+    assert api.read_config("kube-system", "trimtab-credit-test-credit", "credit.json") == \
+        '{"version":1,"jobs":{"a":[1,2]}}'

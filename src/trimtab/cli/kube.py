@@ -75,7 +75,8 @@ def kube_cmd(
         identity = f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
         leader = LeaderElector(api, identity, namespace=lease_namespace, name=scheduler_name).start()
         api.fence = leader.holds  # no write once the Lease may have passed to another replica
-    scheduler = KubeScheduler(api, profile, resync_s=resync_s)
+    scheduler = KubeScheduler(api, profile, resync_s=resync_s,
+                              credit_at=(lease_namespace, f"{scheduler_name}-credit"))
     if endpoints:
         host, _, port = endpoints.rpartition(":")
         try:

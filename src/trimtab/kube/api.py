@@ -19,7 +19,7 @@ from lightkube.core.resource import Resource
 from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
-from lightkube.resources.core_v1 import Namespace, Node, Pod, ResourceQuota
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ResourceQuota
 from lightkube.resources.scheduling_v1 import PriorityClass
 
 from trimtab.kube.wire import Wire
@@ -177,6 +177,31 @@ class KubeApi:
         else:
             meta["resourceVersion"] = resource_version
             self.client.replace(Lease.from_dict({"metadata": meta, "spec": spec}))
+
+    def read_config(self, namespace: str, name: str, key: str) -> str | None:
+        """Key `key` of ConfigMap `name` (None: no such ConfigMap or key)."""
+        self.lease_limit.take()
+        try:
+            config = self.client.get(ConfigMap, name, namespace=namespace)
+        except Exception as exc:
+            if status_code(exc) == 404:
+                return None
+            raise
+        return (config.data or {}).get(key)
+
+    def write_config(self, namespace: str, name: str, key: str, text: str) -> None:
+        """Set key `key` of ConfigMap `name` (a merge patch; created when there is none). Fenced."""
+        self.lease_limit.take()
+        self._fenced()
+        body = {"data": {key: text}}
+        try:
+            self.wire.send("PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}{self._manager}", body,
+                           "application/merge-patch+json")
+        except Exception as exc:
+            if status_code(exc) != 404:
+                raise
+            self.wire.send("POST", f"/api/v1/namespaces/{namespace}/configmaps{self._manager}", {
+                "apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": namespace}, **body})
 
     # ------------------------------------------------------------------------------------------- writes
 

@@ -15,6 +15,7 @@ import logging
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
+from trimtab.kube.credit import Credit, credit_of
 from trimtab.kube.snapshot import Snapshot
 from trimtab.model import Job, JobState, Node
 from trimtab.profile import Profile
@@ -46,6 +47,7 @@ class LiveBooks:
         self.evicting: dict[str, tuple[str, float]] = {}
         self.nominated: dict[str, tuple[list[str], float]] = {}
         self._orphans: dict[str, float] = {}  # held pending job -> since when its pods are gone
+        self.carried: Credit = {}  # credit to give each job as it is submitted or adopted (a rebuild, a new term)
         self.rebuilds = 0
 
     @property
@@ -57,6 +59,7 @@ class LiveBooks:
         """Forget everything (leadership lost: a new term rebuilds from the cluster)."""
         self.loop, self._profile, self._nodes, self._down = None, None, {}, set()
         self.job_of_pod, self.pods_of, self.evicting, self.nominated, self._orphans = {}, {}, {}, {}, {}
+        self.carried = {}
 
     def sync(self, snap: Snapshot, profile: Profile, now_s: float) -> WorldLoop:
         """Bring the Scheduler up to `snap` (its nodes, bound pods and pending jobs). Returns the loop to cycle."""
@@ -100,6 +103,9 @@ class LiveBooks:
                 self.scheduler.observations.node_failed(cluster.index[name], now_s, len(cluster))
 
     def _rebuild(self, nodes: list[Node], profile: Profile) -> None:
+        """A new Scheduler; the old one's credit (if any) carried into it."""
+        if self.loop is not None:
+            self.carried = {**self.carried, **credit_of(self.scheduler)}
         self.loop = WorldLoop(Scheduler(ClusterState(nodes), profile), self.actuator, explains=True)
         self._profile, self._nodes, self._down = profile, {node.name: node for node in nodes}, set()
         self.pods_of, self.nominated, self.evicting, self._orphans = {}, {}, {}, {}
@@ -186,6 +192,7 @@ class LiveBooks:
         job = known if known is not None and known.tasks == len(pods) and known.task == first.task else Job(
             job_id, min(start for _, _, start in pods), len(pods), first.task, tenant=first.tenant,
             priority=first.priority, duration_s=first.duration_s)
+        attained_gpu_s, executed_s = self.carried.get(job_id, (0.0, 0.0))
         counts: dict[int, int] = {}
         for _, node, _ in pods:
             index = scheduler.cluster.index[node]
@@ -193,11 +200,13 @@ class LiveBooks:
         order = sorted(counts)
         alloc = Allocation(np.array(order), np.array([counts[i] for i in order], dtype=np.int64), first.task)
         try:
-            scheduler.adopt(job, alloc, min(start for _, _, start in pods))
+            scheduler.adopt(job, alloc, min(start for _, _, start in pods), executed_s=executed_s,
+                            attained_gpu_s=scheduler.prior_attained_gpu_s.get(job_id, attained_gpu_s))
         except ValueError as exc:  # beyond what trimtab models on its nodes (another scheduler's overcommit)
             log.debug("not adopting %s: %s", job_id, exc)
             return
         self._orphans.pop(job_id, None)
+        self.carried.pop(job_id, None)
 
     # ------------------------------------------------------------------------------------------------ pending
 
@@ -215,6 +224,8 @@ class LiveBooks:
             seen.add(job.id)
             if state is None:
                 scheduler.submit(job, now_s)
+                if (credit := self.carried.pop(job.id, None)) is not None:
+                    scheduler.credit(job.id, credit[1], credit[0])
             elif state.terminal:
                 scheduler.forget(job.id)
                 scheduler.submit(job, now_s)

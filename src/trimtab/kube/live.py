@@ -28,6 +28,7 @@ from trimtab.cluster import Allocation
 from trimtab.formats.k8s import Manifests
 from trimtab.kube.api import KINDS, KubeApi, Unanswered
 from trimtab.kube.books import LiveBooks
+from trimtab.kube.credit import CreditKeeper
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
@@ -89,7 +90,8 @@ class KubeScheduler(Actuator):
 
     cannot = frozenset({"resizes", "prefetches"})
 
-    def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05) -> None:
+    def __init__(self, api: KubeApi, profile: Profile, *, resync_s: float = 5.0, batch_s: float = 0.05,
+                 credit_at: tuple[str, str] | None = None) -> None:
         self.api = api
         self.profile = profile
         self.resync_s = resync_s
@@ -113,6 +115,8 @@ class KubeScheduler(Actuator):
         self._cycle: tuple[Snapshot, CycleReport] | None = None  # the snapshot and report of the cycle acting
         self._writes = ThreadPoolExecutor(WRITERS, thread_name_prefix="trimtab-kube-write")
         self._reports = ThreadPoolExecutor(REPORTERS, thread_name_prefix="trimtab-kube-report")
+        # the jobs' credit kept in ConfigMap credit_at (namespace, name), for the next leader (kube/credit.py)
+        self.credit = CreditKeeper(api, *credit_at, self._reports) if credit_at is not None else None
         self.events = EventRecorder(api.record_event)
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
@@ -221,6 +225,8 @@ class KubeScheduler(Actuator):
                         for job in snap.pending for pod in snap.pods_of[job.id]]
             report.unschedulable = len(snap.pending)
             return
+        if self.books.loop is None and self.credit is not None:  # a term begins: go on from the last one's credit
+            self.books.carried = self.credit.load()
         loop = self.books.sync(snap, self._profile_for(snap), now_s)
         wrote = time.perf_counter()
         self._cycle = (snap, report)
@@ -231,6 +237,8 @@ class KubeScheduler(Actuator):
             loop.cycle(now_s)
         finally:
             self._cycle = None
+        if self.credit is not None:
+            self.credit.save(loop.scheduler)
         report.write_s = time.perf_counter() - wrote
         assert loop.reasons is not None
         state = loop.scheduler.state
