@@ -11,7 +11,9 @@ from typing import Any
 
 from trimtab.formats import FormatError
 from trimtab.formats.k8s.documents import GPU, Doc, str_map
+from trimtab.formats.k8s.dra import DRA_API, DRA_KINDS, Inventory, read_inventory
 from trimtab.formats.k8s.nodes import read_node
+from trimtab.formats.k8s.pod_claims import with_devices
 from trimtab.formats.k8s.policy_objects import (
     PriorityClass,
     QueueSpec,
@@ -27,10 +29,11 @@ from trimtab.model import Job, Node
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the label every namespace carries (its own name)
 _READ_KINDS = ("PriorityClass", "Namespace", "Node", "ResourceQuota", "Queue", "Reservation", "Pod", "PodGroup",
-               "WorkloadPodGroup", "VolcanoJob", "BatchJob")
+               "WorkloadPodGroup", "VolcanoJob", "BatchJob", *DRA_KINDS)
 _READ_KINDS_TEXT = ("trimtab reads Node, Namespace, Pod, ResourceQuota (v1), Job (batch/v1 or batch.volcano.sh), "
-                    "PodGroup (coscheduling, Volcano, scheduling.k8s.io/v1beta1), Queue, PriorityClass and Reservation "
-                    "(trimtab.io/v1)")
+                    "PodGroup (coscheduling, Volcano, scheduling.k8s.io/v1beta1), Queue, PriorityClass, Reservation "
+                    "(trimtab.io/v1), and DeviceClass, ResourceSlice, ResourceClaim and ResourceClaimTemplate "
+                    f"({DRA_API})")
 
 
 @dataclass(slots=True)
@@ -48,6 +51,7 @@ class Manifests:
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     reservations: list[ReservationSpec] = field(default_factory=list)
     launches: dict[str, Launch] = field(default_factory=dict)
+    inventory: Inventory = field(default_factory=Inventory)  # the DRA objects (dra.py)
     warnings: list[str] = field(default_factory=list)
     unknown: list[FormatError] = field(default_factory=list)
 
@@ -60,20 +64,23 @@ class Manifests:
                 "reservation": {"reservations": [r.as_args() for r in self.reservations]}}
 
 
-def read_documents(docs: Iterable[tuple[str, dict[str, Any]]], *,
-                   classes: Iterable[PriorityClass] = ()) -> Manifests:
+def read_documents(docs: Iterable[tuple[str, dict[str, Any]]], *, classes: Iterable[PriorityClass] = (),
+                   inventory: Inventory | None = None) -> Manifests:
     """The Manifests of (source, data) documents. `classes` are PriorityClasses the cluster already has (a
-    document may not define one of them again).
+    document may not define one of them again); `inventory`, the cluster's DRA objects (instead of the documents'
+    own).
 
     Unknown fields and kinds become warnings (and `unknown`); invalid values, a missing PriorityClass, a gang
     that is never defined or can never start, and a pod no quota can ever admit raise FormatError naming the
     document and field, as the API server or scheduler would refuse them."""
-    return _Reader(docs, classes).read()
+    return _Reader(docs, classes, inventory).read()
 
 
 class _Reader:
-    def __init__(self, docs: Iterable[tuple[str, dict[str, Any]]], classes: Iterable[PriorityClass]) -> None:
+    def __init__(self, docs: Iterable[tuple[str, dict[str, Any]]], classes: Iterable[PriorityClass],
+                 inventory: Inventory | None) -> None:
         self.out = Manifests(priority_classes={pc.name: pc for pc in classes})
+        self.inventory = inventory
         self.by_kind: dict[str, list[Doc]] = {}
         # namespace -> labels, for namespaceSelector: Namespace documents plus every namespace a document names
         self.namespaces: dict[str, dict[str, str]] = {}
@@ -99,11 +106,14 @@ class _Reader:
         for doc in by_kind.pop("Namespace", []):
             labels = str_map(doc, (doc.data.get("metadata") or {}).get("labels"), "metadata.labels")
             self.namespaces[doc.name] = {**labels, NAMESPACE_NAME: doc.name}
-        out.nodes += [read_node(doc) for doc in by_kind.pop("Node", [])]
+        dra = [doc for kind in DRA_KINDS for doc in by_kind.pop(kind, [])]
+        inv = out.inventory = self.inventory if self.inventory is not None else read_inventory(dra)
+        out.warnings += inv.warnings
+        out.nodes += [with_devices(read_node(doc), inv) for doc in by_kind.pop("Node", [])]
         out.quotas += [q for q in (read_quota(doc) for doc in by_kind.pop("ResourceQuota", [])) if q is not None]
         out.queues += [read_queue(doc) for doc in by_kind.pop("Queue", [])]
         out.reservations += [read_reservation(doc) for doc in by_kind.pop("Reservation", [])]
-        workloads = WorkloadReader(out.priority_classes, default_class, self.namespaces)
+        workloads = WorkloadReader(out.priority_classes, default_class, self.namespaces, inv)
         workloads.read_pods_and_groups(by_kind.pop("Pod", []), by_kind.pop("PodGroup", []),
                                        by_kind.pop("WorkloadPodGroup", []))
         for doc in by_kind.pop("VolcanoJob", []):
@@ -153,6 +163,8 @@ def _kind_key(kind: str, api: str) -> str:
         return f"Queue of {api}"
     if kind == "Reservation" and api != "trimtab.io/v1":
         return f"Reservation of {api}"
+    if kind in DRA_KINDS and api != DRA_API:
+        return f"{kind} of {api}"
     if kind in ("Node", "Pod", "ResourceQuota", "Namespace") and api != "v1":
         return f"{kind} of {api}"
     if kind == "PriorityClass" and group != "scheduling.k8s.io":

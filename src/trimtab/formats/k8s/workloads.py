@@ -20,7 +20,9 @@ from trimtab.formats.k8s.documents import (
     list_field,
     str_map,
 )
+from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT, pod_backoff
+from trimtab.formats.k8s.pod_claims import pod_claims, restrict
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
 from trimtab.formats.k8s.resources import pod_resources
 from trimtab.model import Elastic, Job, PodAffinity, PodBackoff, Resources, parse_gpu_range
@@ -39,7 +41,7 @@ _POD_SPEC_KEYS = (
     "terminationGracePeriodSeconds", "hostNetwork", "hostIPC", "hostPID", "dnsPolicy", "imagePullSecrets",
     "securityContext", "preemptionPolicy", "nodeName", "runtimeClassName", "shareProcessNamespace",
     "enableServiceLinks", "automountServiceAccountToken", "hostname", "subdomain", "activeDeadlineSeconds",
-    "schedulingGroup",
+    "schedulingGroup", "resourceClaims",
 )
 _SCHEDULING_GROUP_KEYS = ("parentCompositePodGroupName", "workloadRef", "schedulingPolicy", "schedulingConstraints",
                           "resourceClaims", "disruptionMode", "priorityClassName", "priority", "preemptionPolicy")
@@ -110,14 +112,16 @@ class _PodSpec:
 
 class WorkloadReader:
     """Reads the workload documents of one manifest set into `jobs`, once its priority classes (`classes`, with
-    the global default `default_class`) and namespaces (name -> labels, for namespaceSelector) are known.
+    the global default `default_class`) and namespaces (name -> labels, for namespaceSelector) are known, with
+    the DRA `inventory` its pods' ResourceClaims draw on (pod_claims.py).
 
     For each job it records `launches[job.id]`, `sources[job.id]` (its document) and `specified[job.id]` (which
     of requests.cpu / requests.memory / limits.cpu / limits.memory every container states, for quota checks)."""
 
     def __init__(self, classes: Mapping[str, PriorityClass], default_class: PriorityClass | None,
-                 namespaces: Mapping[str, Mapping[str, str]]) -> None:
+                 namespaces: Mapping[str, Mapping[str, str]], inventory: Inventory | None = None) -> None:
         self.classes = classes
+        self.inventory = inventory or Inventory()
         self.default_class = default_class
         self.namespaces = namespaces
         self.jobs: list[Job] = []
@@ -271,13 +275,17 @@ class WorkloadReader:
         annotations = str_map(doc, meta.get("annotations"), "metadata.annotations")
         labels = str_map(doc, meta.get("labels"), "metadata.labels")
         affinity = read_affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
+        claims = pod_claims(doc, spec, doc.data.get("status") if self.inventory.live and path == "spec" else None,
+                            path, self.inventory) if spec.get("resourceClaims") else None
+        devices = claims.gpus if claims else 0
         return _PodSpec(
-            task=Resources(gpus=int(req[0]), cpu_milli=math.ceil(req[1] * 1000), mem_mib=math.ceil(req[2] / 2**20)),
-            limits=Resources(gpus=int(lim[0]), cpu_milli=math.ceil(lim[1] * 1000),
+            task=Resources(gpus=int(req[0]) + devices, cpu_milli=math.ceil(req[1] * 1000),
+                           mem_mib=math.ceil(req[2] / 2**20)),
+            limits=Resources(gpus=int(lim[0]) + devices, cpu_milli=math.ceil(lim[1] * 1000),
                              mem_mib=math.ceil(lim[2] / 2**20)),
             specified=specified,
             node_selector=str_map(doc, spec.get("nodeSelector"), f"{path}.nodeSelector"),
-            node_affinity=affinity.node_required,
+            node_affinity=restrict(affinity.node_required, claims.nodes if claims else None),
             node_preferences=affinity.node_preferred,
             labels=labels,
             pod_affinity=affinity.pods,
