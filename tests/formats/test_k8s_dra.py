@@ -6,6 +6,7 @@ from __future__ import annotations
 from fractions import Fraction
 
 import pytest
+
 from dra_docs import (
     DRIVER,
     claim,
@@ -18,7 +19,6 @@ from dra_docs import (
     resource_slice,
     template,
 )
-
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import read_documents
 from trimtab.formats.k8s.cel import activation, compile_selector
@@ -110,15 +110,15 @@ def test_partitions_share_their_gpus_counters():
         device = gpu(name)
         device["consumesCounters"] = [{"counterSet": "gpu-0-counters", "counters": {"memory": {"value": amount}}}]
         return device
-    sl = resource_slice("node-a", [part("whole", "80Gi"), part("half-0", "40Gi"), part("half-1", "40Gi")],
-                        sharedCounters=[counters])
+    sl = resource_slice("node-a", [part("whole", "80Gi"), part("half-0", "40Gi"), part("half-1", "40Gi")], count=2)
+    counter_slice = resource_slice("node-a", [], count=2, sharedCounters=[counters], name="counters")
     half = 'device.attributes["gpu.example.com"].size == "half"'
     sl["spec"]["devices"][1]["attributes"]["size"] = sl["spec"]["devices"][2]["attributes"]["size"] = \
         {"string": "half"}
-    docs = read(device_class(), sl, template("half", claim_spec(request(selectors=(half,)))),
+    docs = read(device_class(), sl, counter_slice, template("half", claim_spec(request(selectors=(half,)))),
                 template("one", claim_spec(request())), node("node-a"))
     inv = docs.inventory
-    assert [n.capacity.gpus for n in docs.nodes] == [1]  # one physical GPU in the model
+    assert [n.capacity.gpus for n in docs.nodes] == [2]  # the two halves at once, in the model
     assert names(allocate(inv, [spec_of(inv, "one")], "node-a", set())) == [["whole"]]
     assert names(allocate(inv, [spec_of(inv, "half")] * 2, "node-a", set())) == [["half-0"], ["half-1"]]
     # half-0 allocated: the whole GPU's memory is no longer all free

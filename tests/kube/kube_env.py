@@ -279,7 +279,8 @@ class KubeEnv:
         plural = _PLURALS.get(kind, kind.lower() + "s")
         base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
         ns = obj.get("metadata", {}).get("namespace")
-        cluster_scoped = kind in ("Node", "Namespace", "PriorityClass", "CustomResourceDefinition")
+        cluster_scoped = kind in ("Node", "Namespace", "PriorityClass", "CustomResourceDefinition", "DeviceClass",
+                                  "ResourceSlice")
         if not cluster_scoped:
             ns = ns or "default"
             return self.request("POST", f"{base}/namespaces/{ns}/{plural}", obj)
@@ -407,7 +408,7 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-_PLURALS = {"PriorityClass": "priorityclasses", "ResourceQuota": "resourcequotas",
+_PLURALS = {"PriorityClass": "priorityclasses", "ResourceQuota": "resourcequotas", "DeviceClass": "deviceclasses",
             "PodDisruptionBudget": "poddisruptionbudgets", "CustomResourceDefinition": "customresourcedefinitions"}
 
 

@@ -20,6 +20,7 @@ from lightkube.generic_resource import create_namespaced_resource
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ResourceQuota
+from lightkube.resources.resource_v1 import DeviceClass, ResourceClaim, ResourceSlice
 from lightkube.resources.scheduling_v1 import PriorityClass
 
 from trimtab.kube.wire import Wire
@@ -51,6 +52,9 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",
                                                         "podgroups"),
          "scheduling.volcano.sh/v1beta1", "PodGroup", True),
+    Kind("deviceclasses", DeviceClass, "resource.k8s.io/v1", "DeviceClass", False),
+    Kind("resourceslices", ResourceSlice, "resource.k8s.io/v1", "ResourceSlice", False),
+    Kind("resourceclaims", ResourceClaim, "resource.k8s.io/v1", "ResourceClaim", True),
 )}
 
 
@@ -241,6 +245,16 @@ class KubeApi:
                                      f"read back ({exc!r})") from failure
             time.sleep(pause_s)
             pause_s = min(2 * pause_s, 2.0)
+
+    def update_claim(self, claim: dict[str, Any], status: bool = False) -> dict[str, Any]:
+        """Replace a ResourceClaim (its status with `status`) as read: its resourceVersion is the precondition
+        (409 when it changed meanwhile). The claim as written, with its new resourceVersion."""
+        self.limit.take()
+        self._fenced()
+        meta = claim["metadata"]
+        path = f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/{meta['name']}"
+        answer = self.wire.send("PUT", path + ("/status" if status else "") + self._manager, claim)
+        return answer if isinstance(answer, dict) else claim
 
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""

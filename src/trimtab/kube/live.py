@@ -26,8 +26,10 @@ from lightkube import ApiError
 
 from trimtab.cluster import Allocation
 from trimtab.formats.k8s import Manifests
+from trimtab.formats.k8s.dra import Inventory
 from trimtab.kube.api import KINDS, KubeApi, Unanswered
 from trimtab.kube.books import LiveBooks
+from trimtab.kube.claims import ClaimKeeper, ClaimWrite
 from trimtab.kube.credit import CreditKeeper
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
@@ -100,6 +102,8 @@ class KubeScheduler(Actuator):
         self.cycle_observers: list[Callable[[CycleReport], None]] = []
         self.ready = threading.Event()  # set once every informer has listed
         self.reader = SnapshotReader(api.scheduler_name)
+        self.claims = ClaimKeeper(api)  # DRA: the claims a binding allocates and reserves first (kube/claims.py)
+        self._inventory = Inventory(live=True)  # the current cycle's DRA objects
         self._wake = threading.Event()
         self.informers = {name: Informer(api, kind, self._wake.set) for name, kind in KINDS.items()}
         # pod key -> (node, when its binding landed; inf while it is in flight: assumed until it lands, however long
@@ -187,10 +191,12 @@ class KubeScheduler(Actuator):
         self._settle(report, wait=False)
         items = {name: informer.items() for name, informer in self.informers.items()}
         self._expire_assumed(now_s)
+        self._inventory = self.claims.inventory(items["deviceclasses"], items["resourceslices"],
+                                                items["resourceclaims"])
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s,
-                                items["jobs"] + items["workloadpodgroups"])
+                                items["jobs"] + items["workloadpodgroups"], self._inventory)
         self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started
@@ -328,11 +334,18 @@ class KubeScheduler(Actuator):
         `_bind_gang`); their pods are assumed bound meanwhile."""
         for job, nodes in binds:
             pods = snap.pods_of[job.id]
+            writes = self.claims.plan(self._inventory, pods, nodes) \
+                if any(p["spec"].get("resourceClaims") for p in pods) else []
+            if isinstance(writes, str):  # the model's devices fit, the allocator's do not: back to the queue
+                log.info("job %s: its ResourceClaims cannot be allocated: %s", job.id, writes)
+                self._record(pods[0], "FailedScheduling", f"trimtab: {writes}", True)
+                self._bound(job.id, pods, False, report)
+                continue
             for pod, node in zip(pods, nodes, strict=True):
                 self._assumed[pod_key(pod)] = (node, math.inf)
                 self._reported.pop(pod["metadata"]["uid"], None)
             reporting = [f for pod in pods if (f := self._reporting.get(pod["metadata"]["uid"])) is not None]
-            self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting),
+            self._submit(self._writes, functools.partial(self._bind_gang, pods, job, nodes, reporting, writes),
                          functools.partial(self._bound, job.id, pods))
         report.binding += len(binds)
 
@@ -380,12 +393,19 @@ class KubeScheduler(Actuator):
         if wait:
             self.events.flush()
 
-    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]]) -> bool:
-        """Bind every pod of `job` to its node, in order, then record their Scheduled Events; if one bind fails,
-        evict those already bound (the gang is tried again once they are gone). True: all bound. Runs on a writer
-        thread: API calls only. It first waits for the `reporting` writes of an earlier cycle (a pod's
-        Unschedulable condition written after its binding would contradict it; they run on their own threads)."""
+    def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]],
+                   writes: list[ClaimWrite]) -> bool:
+        """Write the gang's ResourceClaims (`writes`), then bind every pod of `job` to its node, in order, and
+        record their Scheduled Events; if one bind fails, evict those already bound and roll the claims back (the
+        gang is tried again once they are gone). True: all bound. Runs on a writer thread: API calls only. It
+        first waits for the `reporting` writes of an earlier cycle (a pod's Unschedulable condition written after
+        its binding would contradict it; they run on their own threads)."""
         futures.wait(reporting)
+        try:
+            written = self.claims.write(writes)
+        except Exception as exc:  # a conflict (409) or a refusal: the gang goes back to the queue
+            log.info("job %s: writing its ResourceClaims failed (%r); back to the queue", job.id, exc)
+            return False
         done: list[Obj] = []
         for pod, node in zip(pods, nodes, strict=True):
             meta = pod["metadata"]
@@ -395,6 +415,7 @@ class KubeScheduler(Actuator):
                 if isinstance(exc, Unanswered):
                     self._unanswered.add(pod_key(pod))
                 self._roll_back(job, done, pod, exc)
+                self.claims.roll_back(writes, written)
                 return False
             done.append(pod)
         for pod, node in zip(pods, nodes, strict=True):

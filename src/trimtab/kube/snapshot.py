@@ -19,7 +19,10 @@ from typing import Any
 
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
+from trimtab.formats.k8s.dra import Inventory
+from trimtab.formats.k8s.pod_claims import with_devices
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, VOLCANO_GROUP
+from trimtab.kube.claims import claims_state, holding_devices
 from trimtab.kube.owners import owner_group, owner_groups
 from trimtab.model import Job, Node, Resources
 from trimtab.units import parse_duration_s
@@ -157,15 +160,17 @@ class SnapshotReader:
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
         # the same of Ready nodes, by what the reader reads of them (a node's heartbeats change its version only)
         self._node_reads: dict[str, Node | None] = {}
+        self._inventory = Inventory(live=True)  # the DRA objects of the snapshot being read
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float,
-             owners: Iterable[Obj] = ()) -> Snapshot:
+             owners: Iterable[Obj] = (), inventory: Inventory | None = None) -> Snapshot:
         """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet;
         `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now;
         `owners` the batch/v1 Jobs and upstream PodGroups, whose pods form a gang each (owners.py; a PodGroup of
-        `groups` of the same name is that gang)."""
+        `groups` of the same name is that gang); `inventory` the cluster's DRA objects (kube/claims.py)."""
         out = Snapshot()
+        self._inventory = inventory if inventory is not None else Inventory(live=True)
         owners = list(owners)
         groups = list(groups)
         named = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
@@ -187,7 +192,7 @@ class SnapshotReader:
                 node = node_cache[key] if key in node_cache else _read_node(read)
                 self._node_reads[key] = node
                 if node is not None:
-                    out.nodes.append(node)
+                    out.nodes.append(with_devices(node, self._inventory))
         mine, bound_in_group = self._read_bound(out, pods, assumed, {n["metadata"]["name"]: n for n in nodes}, now_s)
         self._read_pending(out, mine, groups, self._classes(classes),
                            {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
@@ -286,8 +291,11 @@ class SnapshotReader:
         uid = pod["metadata"]["uid"]
         terminating = bool(pod["metadata"].get("deletionTimestamp"))
         job = self._holding_jobs.get(uid)
-        if job is None or (terminating and job.priority != TERMINATING_PRIORITY):
+        claims = bool(pod["spec"].get("resourceClaims"))
+        if job is None or claims or (terminating and job.priority != TERMINATING_PRIORITY):
             task = self._holding_task(pod)
+            if claims:  # what its claims hold may show after the pod does: read again each snapshot
+                task = dataclasses.replace(task, gpus=task.gpus + holding_devices(pod, self._inventory))
             priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
             job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority,
                       duration_s=_stated_duration_s(pod))
@@ -345,8 +353,9 @@ class SnapshotReader:
             if ns in namespaces:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
             key = (tuple(self._pod_version(p, versions_before) for p in pods),
-                   tuple(_version(data) for _, data in docs[len(pods):]), classes_key)
-            read = cache[key] if key in cache else _read_unit(docs, classes)
+                   tuple(_version(data) for _, data in docs[len(pods):]), classes_key,
+                   tuple(claims_state(p, self._inventory) for p in pods if p["spec"].get("resourceClaims")))
+            read = cache[key] if key in cache else _read_unit(docs, classes, self._inventory)
             self._unit_reads[key] = read
             if isinstance(read, str):
                 out.unreadable += [(p, read) for p in pods]
@@ -391,10 +400,10 @@ def _read_node(doc: Obj) -> Node | None:
         return None
 
 
-def _read_unit(docs: list[tuple[str, Obj]], classes: list[PriorityClass]) -> Manifests | str:
+def _read_unit(docs: list[tuple[str, Obj]], classes: list[PriorityClass], inventory: Inventory) -> Manifests | str:
     """The reader's Manifests of one pending unit, or its message when it refuses the unit."""
     try:
-        return read_documents(docs, classes=classes)
+        return read_documents(docs, classes=classes, inventory=inventory)
     except FormatError as exc:
         return str(exc)
 
@@ -423,7 +432,9 @@ def _pod_doc(pod: Obj, gang: str | None = None) -> Obj:
         meta = {**meta, "labels": {**(meta.get("labels") or {}), COSCHED_GROUP: gang}}
     if "schedulingGroup" in spec:
         spec = {k: v for k, v in spec.items() if k != "schedulingGroup"}
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    claims = (pod.get("status") or {}).get("resourceClaimStatuses")
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+            **({"status": {"resourceClaimStatuses": claims}} if claims else {})}
 
 
 def _group_doc(group: Obj, bound: int) -> Obj:

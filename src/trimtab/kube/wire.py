@@ -64,7 +64,8 @@ class Wire:
             if config.cluster.server.startswith("https") else None
         return cls(config.cluster.server, context, credentials)
 
-    def send(self, method: str, path: str, body: dict[str, Any], content_type: str = "application/json") -> None:
+    def send(self, method: str, path: str, body: dict[str, Any], content_type: str = "application/json") -> Any:
+        """Send one request; the decoded JSON answer (None when it is not JSON). Raises ApiError when refused."""
         data = json.dumps(body, separators=(",", ":")).encode()
         status, answer = self._exchange(method, path, data, content_type)
         if status == 401:
@@ -72,6 +73,10 @@ class Wire:
             status, answer = self._exchange(method, path, data, content_type)
         if not 200 <= status < 300:
             raise ApiError(status=_status(status, answer))
+        try:
+            return json.loads(answer) if answer else None
+        except ValueError:
+            return None
 
     def _exchange(self, method: str, path: str, data: bytes, content_type: str) -> tuple[int, bytes]:
         conn = getattr(self._local, "conn", None)

@@ -207,8 +207,17 @@ def capable_nodes(inv: Inventory, specs: Sequence[ClaimSpec], nodes: Sequence[st
             yield node
 
 
-def counter_sets_of(devices: Sequence[Device]) -> int:
-    """Physical units behind devices: each device that consumes no shared counter, plus each counter set the
-    others draw from (a partitioned GPU), as the model counts a node's GPUs."""
-    sets = {(d.driver, d.pool, cs) for d in devices for (cs, _), _ in d.counters}
-    return sum(1 for d in devices if not d.counters) + len(sets)
+def model_gpus(inv: Inventory, devices: Sequence[Device]) -> int:
+    """How many of a node's devices can be allocated at once, as the model counts its GPUs: every device that
+    consumes no shared counter, plus, for partitions (MIG-like), as many as fit their counters smallest first."""
+    whole = sum(1 for d in devices if not d.counters)
+    used: dict[tuple[str, str, str, str], Fraction] = {}
+    parts = 0
+    for d in sorted((d for d in devices if d.counters), key=lambda d: sum(a for _, a in d.counters)):
+        need = {(d.driver, d.pool, cs, c): a for (cs, c), a in d.counters}
+        have = {key: inv.counter_sets.get(key[:3], {}).get(key[3], Fraction(0)) for key in need}
+        if all(used.get(key, Fraction(0)) + a <= have[key] for key, a in need.items()):
+            for key, a in need.items():
+                used[key] = used.get(key, Fraction(0)) + a
+            parts += 1
+    return whole + parts

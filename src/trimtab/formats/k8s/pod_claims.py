@@ -3,7 +3,8 @@ nodes that could give them, and the devices a node adds to its GPUs.
 
 Owns PodClaims, pod_claims (resolving `spec.resourceClaims`: a claim by name, or a template's claim, generated
 by the claim controller and named in `status.resourceClaimStatuses`) and with_devices. The model counts every DRA
-device as one GPU of its node (a partitioned GPU once); the live allocator (dra_alloc.py) decides which devices.
+device as one GPU of its node (a partitioned GPU as many of its partitions as fit at once); the live allocator
+(dra_alloc.py) decides which devices.
 docs/kubernetes.md (DRA) says what this leaves out."""
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 from trimtab.formats.k8s.affinity import NodeTerm
 from trimtab.formats.k8s.documents import Doc, list_field, mapping
 from trimtab.formats.k8s.dra import Claim, ClaimSpec, Inventory
-from trimtab.formats.k8s.dra_alloc import allocate, counter_sets_of, devices_for
+from trimtab.formats.k8s.dra_alloc import allocate, devices_for, model_gpus
 from trimtab.model import Node
 
 _CAPABLE_CACHE: dict[tuple[object, str], tuple[str, ...] | None] = {}
@@ -110,7 +111,7 @@ def restrict(terms: tuple[NodeTerm, ...], nodes: tuple[str, ...] | None) -> tupl
 
 def with_devices(node: Node, inv: Inventory) -> Node:
     """The node with its DRA devices counted among its GPUs."""
-    extra = counter_sets_of(inv.devices.get(node.name, []))
+    extra = model_gpus(inv, inv.devices.get(node.name, []))
     if not extra:
         return node
     return dataclasses.replace(node, capacity=dataclasses.replace(node.capacity, gpus=node.capacity.gpus + extra))

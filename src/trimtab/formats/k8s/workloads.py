@@ -275,8 +275,8 @@ class WorkloadReader:
         annotations = str_map(doc, meta.get("annotations"), "metadata.annotations")
         labels = str_map(doc, meta.get("labels"), "metadata.labels")
         affinity = read_affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
-        claims = pod_claims(doc, spec, doc.data.get("status") if self.inventory.live and path == "spec" else None,
-                            path, self.inventory) if spec.get("resourceClaims") else None
+        claims = pod_claims(doc, spec, (doc.data.get("status") or {}) if self.inventory.live and path == "spec"
+                            else None, path, self.inventory) if spec.get("resourceClaims") else None
         devices = claims.gpus if claims else 0
         return _PodSpec(
             task=Resources(gpus=int(req[0]) + devices, cpu_milli=math.ceil(req[1] * 1000),

@@ -33,7 +33,7 @@ def gpu(name: str, **attributes: Any) -> dict[str, Any]:
 def resource_slice(node: str, devices: list[dict[str, Any]], *, generation: int = 1, count: int = 1,
                    name: str | None = None, pool: str | None = None, **extra: Any) -> dict[str, Any]:
     return {"apiVersion": API, "kind": "ResourceSlice", "metadata": {"name": name or f"{node}-{DRIVER}"},
-            "spec": {"driver": DRIVER, "nodeName": node, "devices": devices,
+            "spec": {"driver": DRIVER, "nodeName": node, **({"devices": devices} if devices else {}),
                      "pool": {"name": pool or node, "generation": generation, "resourceSliceCount": count}, **extra}}
 
 

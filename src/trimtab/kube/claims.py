@@ -1,0 +1,193 @@
+"""DRA on a live cluster, as kube-scheduler's DynamicResources plugin does it: the inventory of each cycle from the
+informers, the claims a pod's binding must allocate and reserve first, and those writes.
+
+Owns ClaimKeeper. Before a pod is bound, each of its claims gets the finalizer (an update), then
+`status.allocation` (unless already allocated) and `status.reservedFor` (the pod) in one status update; both
+carry the resourceVersion read, so a concurrent change (409) sends the gang back to the queue. A gang's claims
+are planned together (no device twice), written before any of its pods is bound, and rolled back when its
+binding fails. Allocations in flight count as taken until the informer shows them. Deallocation, once no pod
+uses a claim, is the claim controller's, as in Kubernetes."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from trimtab.formats import FormatError
+from trimtab.formats.k8s.documents import Doc
+from trimtab.formats.k8s.dra import FINALIZER, Claim, DeviceId, Inventory, read_inventory
+from trimtab.formats.k8s.dra_alloc import allocate
+from trimtab.formats.k8s.pod_claims import held_devices, pod_claims
+from trimtab.kube.api import KubeApi
+
+log = logging.getLogger(__name__)
+Obj = dict[str, Any]
+
+
+@dataclass(slots=True)
+class ClaimWrite:
+    """One claim to write before a pod's binding: the claim as read, the allocation to store (None: allocated
+    already) and the pod to reserve it for."""
+
+    claim: Obj
+    allocation: Obj | None
+    pod: Obj
+    devices: tuple[DeviceId, ...] = ()
+
+
+def _doc(obj: Obj) -> Doc:
+    meta = obj["metadata"]
+    return Doc(f"{obj.get('kind', 'Pod')} {meta.get('namespace', '')}/{meta['name']}", obj, obj.get("kind", "Pod"),
+               obj.get("apiVersion", "v1"), meta["name"], meta.get("namespace") or "default", [], [])
+
+
+def pod_claim_objects(pod: Obj, inv: Inventory) -> list[Claim]:
+    """The claims of a pod the inventory knows (by name, or named in the pod's status for a template)."""
+    ns = pod["metadata"]["namespace"]
+    generated = {s.get("name"): s.get("resourceClaimName")
+                 for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []}
+    out = []
+    for entry in pod["spec"].get("resourceClaims") or []:
+        name = entry.get("resourceClaimName") or generated.get(entry.get("name"))
+        if name and (claim := inv.claims.get((ns, name))) is not None:
+            out.append(claim)
+    return out
+
+
+def claims_state(pod: Obj, inv: Inventory) -> tuple[Any, ...]:
+    """What a pending pod's reading depends on beyond the pod itself: the devices and the state of its claims."""
+    return inv.devices_key, tuple((c.name, c.allocated is not None, c.node, c.deleting)
+                                  for c in pod_claim_objects(pod, inv))
+
+
+def holding_devices(pod: Obj, inv: Inventory) -> int:
+    """The devices a bound pod holds through its claims."""
+    return held_devices(pod["metadata"]["uid"], pod_claim_objects(pod, inv))
+
+
+class ClaimKeeper:
+    """The DRA state of a live scheduler: `inventory(...)` each cycle, `plan` on the cycle's thread, `write` and
+    `roll_back` on a writer thread."""
+
+    def __init__(self, api: KubeApi) -> None:
+        self.api = api
+        self._lock = threading.Lock()
+        self._inflight: dict[str, tuple[DeviceId, ...]] = {}  # claim uid -> the devices being allocated to it
+        self._objects: dict[tuple[str, str], Obj] = {}
+        self._devices_version: tuple[Any, ...] = ()
+        self._devices_key: object = object()
+
+    def inventory(self, classes: Iterable[Obj], slices: Iterable[Obj], claims: Iterable[Obj]) -> Inventory:
+        """The cycle's Inventory; its `devices_key` stays while no DeviceClass or ResourceSlice changes."""
+        classes, slices, claims = list(classes), list(slices), list(claims)
+        docs = [_doc(o) for o in (*classes, *slices, *claims)]
+        try:
+            inv = read_inventory(docs, live=True)
+        except FormatError as exc:  # the API server validated them; a field trimtab cannot read
+            log.warning("DRA objects not read: %s", exc)
+            inv = read_inventory([_doc(o) for o in claims if _readable(o)], live=True)
+        version = tuple(sorted((o["metadata"].get("uid"), o["metadata"].get("resourceVersion"))
+                               for o in (*classes, *slices)))
+        if version != self._devices_version:
+            self._devices_version, self._devices_key = version, object()
+        inv.devices_key = self._devices_key
+        self._objects = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in claims}
+        with self._lock:
+            allocated = {c.uid for c in inv.claims.values() if c.allocated is not None}
+            known = {c.uid for c in inv.claims.values()}
+            self._inflight = {u: d for u, d in self._inflight.items() if u in known and u not in allocated}
+        return inv
+
+    def plan(self, inv: Inventory, pods: list[Obj], nodes: list[str]) -> list[ClaimWrite] | str:
+        """The claim writes that binding `pods` to `nodes` needs (devices none else has or is being given), or why
+        they cannot be made; the planned devices count as taken from now on (until `roll_back`)."""
+        with self._lock:
+            taken = inv.in_use() | {d for devices in self._inflight.values() for d in devices}
+        writes: list[ClaimWrite] = []
+        for pod, node in zip(pods, nodes, strict=True):
+            if not pod["spec"].get("resourceClaims"):
+                continue
+            try:
+                resolved = pod_claims(_doc(pod), pod["spec"], pod.get("status") or {}, "spec", inv).claims
+            except FormatError as exc:
+                return str(exc)
+            unallocated = [c for _, c, _ in resolved if c is not None and c.allocated is None]
+            for claim in (c for _, c, _ in resolved if c is not None and c.allocated is not None):
+                if claim.node and claim.node != node:
+                    return f"ResourceClaim {claim.namespace}/{claim.name} is allocated on node {claim.node}"
+                if claim.uid not in (w.claim["metadata"].get("uid") for w in writes):
+                    writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)], None, pod))
+            planned = {w.claim["metadata"].get("uid") for w in writes if w.allocation is not None}
+            unallocated = [c for c in unallocated if c.uid not in planned]
+            result = allocate(inv, [c.spec for c in unallocated], node, taken)
+            if isinstance(result, str):
+                return f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']} on node {node}: {result}"
+            for claim, alloc in zip(unallocated, result, strict=True):
+                devices = tuple(d.id for _, d in alloc.results)
+                taken.update(devices)
+                writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)],
+                                         alloc.status(claim.spec, inv, node), pod, devices))
+        with self._lock:
+            self._inflight.update((w.claim["metadata"]["uid"], w.devices) for w in writes if w.devices)
+        return writes
+
+    def write(self, writes: list[ClaimWrite]) -> list[Obj]:
+        """Write each claim (finalizer, then allocation and reservation); the claims as written, in order. Raises
+        the API's error at the first refusal, after rolling back those written."""
+        written: list[Obj] = []
+        try:
+            for w in writes:
+                written.append(self._write_one(w))
+        except Exception:
+            self.roll_back(writes[:len(written)], written)
+            self.forget(writes[len(written):])
+            raise
+        return written
+
+    def _write_one(self, w: ClaimWrite) -> Obj:
+        claim = w.claim
+        if w.allocation is not None and FINALIZER not in (claim["metadata"].get("finalizers") or []):
+            claim = {**claim, "metadata": {**claim["metadata"],
+                                           "finalizers": [*(claim["metadata"].get("finalizers") or []), FINALIZER]}}
+            claim = self.api.update_claim(claim)
+        status = dict(claim.get("status") or {})
+        if w.allocation is not None:
+            if status.get("allocation"):
+                raise RuntimeError(f"claim {claim['metadata']['name']} got allocated elsewhere in the meantime")
+            status["allocation"] = w.allocation
+        pod = w.pod["metadata"]
+        status["reservedFor"] = [*(status.get("reservedFor") or []),
+                                 {"resource": "pods", "name": pod["name"], "uid": pod["uid"]}]
+        return self.api.update_claim({**claim, "status": status}, status=True)
+
+    def roll_back(self, writes: list[ClaimWrite], written: list[Obj]) -> None:
+        """Undo claim writes of a gang whose binding failed: its pods leave `reservedFor`, and a claim this
+        allocated and no one else reserves is deallocated (as kube-scheduler's Unreserve and PostFilter do)."""
+        for w, claim in zip(writes, written, strict=True):
+            status = dict(claim.get("status") or {})
+            status["reservedFor"] = [r for r in status.get("reservedFor") or []
+                                     if r.get("uid") != w.pod["metadata"]["uid"]] or None
+            if w.allocation is not None and not status["reservedFor"]:
+                status["allocation"] = None
+            try:
+                self.api.update_claim({**claim, "status": status}, status=True)
+            except Exception as exc:  # the claim controller clears it once the pod is gone
+                log.warning("rolling back ResourceClaim %s failed: %r", claim["metadata"]["name"], exc)
+        self.forget(writes)
+
+    def forget(self, writes: list[ClaimWrite]) -> None:
+        """The allocations of `writes` are no longer in flight."""
+        with self._lock:
+            for w in writes:
+                self._inflight.pop(w.claim["metadata"].get("uid", ""), None)
+
+
+def _readable(obj: Obj) -> bool:
+    try:
+        read_inventory([_doc(obj)], live=True)
+    except FormatError:
+        return False
+    return True
