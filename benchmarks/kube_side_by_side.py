@@ -11,9 +11,11 @@ Scenarios (one JSON line per measurement on stdout, the timeline table on stderr
   throughput  --nodes KWOK nodes x --gpus-per-node GPUs, --pods one-GPU pods created at once (8 client threads):
               pods bound per second (bound / (last bound - first created)) and p99 seconds from creation to bound
               (as this script's watch sees both).
+  dra         DRA claims from templates of 8, 2 and 1 devices on --dra-nodes nodes of 8 hand-published devices
+              (kube_dra.py): seconds to bind them all, and whether each claim got devices of its pod's node.
 
 Usage (from the project root; about 10 minutes at the defaults on 2 cores):
-    .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|both]
+    .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|dra|both]
         [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy reserve]
 The issue's full size: --nodes 1000 --pods 10000 (8,000 GPUs: 8,000 pods bind, the rest wait)."""
 
@@ -40,6 +42,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kube"))
 from kube_env import ROOT, KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
+
+import kube_dra
 
 QPS, BURST = "1000", "2000"  # kube_env starts kube-scheduler with these; trimtab kube gets the same
 GANG_SIZE = 12
@@ -140,20 +144,23 @@ def delete(env: KubeEnv, name: str) -> None:
             raise
 
 
-def pod(name: str, scheduler: str, *, group: str | None = None, duration: str | None = None) -> dict[str, Any]:
-    """A one-GPU pod; `group` names its coscheduling PodGroup, `duration` makes kwok end it after that long."""
+def pod(name: str, scheduler: str, *, group: str | None = None, duration: str | None = None,
+        gpus: int = 1) -> dict[str, Any]:
+    """A pod of `gpus` GPUs; `group` names its coscheduling PodGroup, `duration` makes kwok end it after that
+    long."""
     return {"apiVersion": "v1", "kind": "Pod",
             "metadata": {"name": name, "namespace": "default",
                          "labels": {"scheduling.x-k8s.io/pod-group": group} if group else {},
                          "annotations": {"trimtab.io/duration": duration} if duration else {}},
             "spec": {"schedulerName": scheduler, "restartPolicy": "Never",
                      "containers": [{"name": "main", "image": "busybox",
-                                     "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+                                     "resources": {"limits": {"nvidia.com/gpu": str(gpus)}} if gpus else {}}]}}
 
 
-def start_cluster(workdir: Path, scheduler: str, nodes: int, gpus: int, policy: str) -> tuple[KubeEnv, Any]:
+def start_cluster(workdir: Path, scheduler: str, nodes: int, gpus: int, policy: str,
+                  before_probe: Any = None) -> tuple[KubeEnv, Any]:
     """A fresh control plane with `nodes` Ready KWOK nodes and `scheduler` running and warm (it has bound a probe
-    pod); the trimtab process or None."""
+    pod, of one GPU when nodes have any); `before_probe(env, nodes)` runs first. The trimtab process or None."""
     env = KubeEnv(workdir, scheduler=scheduler == "kube-scheduler").start()
     for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
         env.apply(crd)
@@ -163,11 +170,13 @@ def start_cluster(workdir: Path, scheduler: str, nodes: int, gpus: int, policy: 
         list(pool.map(lambda i: env.add_gpu_nodes(1, gpus, prefix=f"gpu-{i}"), range(nodes)))
     env.wait_nodes_ready([f"{n}-0" for n in names], timeout_s=120 + nodes)
     env.wait_service_account()
+    if before_probe is not None:
+        before_probe(env, nodes)
     proc = None
     if scheduler == "trimtab":
         proc = run_trimtab_kube(env, "--policy", policy, "--no-leader-elect", "--kube-api-qps", QPS,
                                 "--kube-api-burst", BURST)
-    env.apply(pod("probe", SCHEDULER_NAME[scheduler], duration="1s"))
+    env.apply(pod("probe", SCHEDULER_NAME[scheduler], duration="1s", gpus=1 if gpus else 0))
     deadline = time.monotonic() + 120
     while not env.request("GET", "/api/v1/namespaces/default/pods/probe")["spec"].get("nodeName"):
         if time.monotonic() > deadline:
@@ -266,7 +275,7 @@ def throughput(args: argparse.Namespace, scheduler: str, workdir: Path) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=("gangs", "throughput", "both"), default="both")
+    parser.add_argument("--scenario", choices=("gangs", "throughput", "dra", "both"), default="both")
     parser.add_argument("--schedulers", default="trimtab,kube-scheduler")
     parser.add_argument("--policy", default="reserve",
                         help="trimtab kube's --policy (reserve: a blocked gang reserves its GPUs; without a "
@@ -278,6 +287,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="throughput: give up binding after this")
     parser.add_argument("--gang-horizon-s", type=float, default=90.0)
     parser.add_argument("--gang-run-s", type=float, default=20.0)
+    parser.add_argument("--dra-nodes", type=int, default=100)
+    parser.add_argument("--dra-pods", type=int, default=300)
     parser.add_argument("--logs", type=Path, help="keep each run's trimtab kube log in this folder")
     args = parser.parse_args()
     if missing_binaries():
@@ -286,8 +297,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="kube-side-by-side-") as tmp:
         for scenario in scenarios:
             for scheduler in args.schedulers.split(","):
-                run = gangs if scenario == "gangs" else throughput
-                print(json.dumps(run(args, scheduler, Path(tmp) / f"{scenario}-{scheduler}")), flush=True)
+                workdir = Path(tmp) / f"{scenario}-{scheduler}"
+                if scenario == "dra":
+                    result = kube_dra.dra(args, scheduler, workdir, sys.modules[__name__])
+                else:
+                    result = (gangs if scenario == "gangs" else throughput)(args, scheduler, workdir)
+                print(json.dumps(result), flush=True)
 
 
 if __name__ == "__main__":

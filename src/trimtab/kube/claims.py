@@ -35,6 +35,7 @@ class ClaimWrite:
     claim: Obj
     allocation: Obj | None
     pod: Obj
+    node: str
     devices: tuple[DeviceId, ...] = ()
 
 
@@ -114,14 +115,16 @@ class ClaimKeeper:
                 resolved = pod_claims(_doc(pod), pod["spec"], pod.get("status") or {}, "spec", inv).claims
             except FormatError as exc:
                 return str(exc)
-            unallocated = [c for _, c, _ in resolved if c is not None and c.allocated is None]
-            for claim in (c for _, c, _ in resolved if c is not None and c.allocated is not None):
-                if claim.node and claim.node != node:
-                    return f"ResourceClaim {claim.namespace}/{claim.name} is allocated on node {claim.node}"
-                if claim.uid not in (w.claim["metadata"].get("uid") for w in writes):
-                    writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)], None, pod))
-            planned = {w.claim["metadata"].get("uid") for w in writes if w.allocation is not None}
-            unallocated = [c for c in unallocated if c.uid not in planned]
+            planned = {w.claim["metadata"].get("uid"): w.node for w in writes if w.allocation is not None}
+            unallocated = []
+            for claim in (c for _, c, _ in resolved if c is not None):
+                on = claim.node if claim.allocated is not None else planned.get(claim.uid)
+                if on is None:
+                    unallocated.append(claim)
+                    continue
+                if on and on != node:
+                    return f"ResourceClaim {claim.namespace}/{claim.name} is allocated on node {on}"
+                writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)], None, pod, node))
             result = allocate(inv, [c.spec for c in unallocated], node, taken)
             if isinstance(result, str):
                 return f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']} on node {node}: {result}"
@@ -129,7 +132,7 @@ class ClaimKeeper:
                 devices = tuple(d.id for _, d in alloc.results)
                 taken.update(devices)
                 writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)],
-                                         alloc.status(claim.spec, inv, node), pod, devices))
+                                         alloc.status(claim.spec, inv, node), pod, node, devices))
         with self._lock:
             self._inflight.update((w.claim["metadata"]["uid"], w.devices) for w in writes if w.devices)
         return writes
@@ -138,17 +141,19 @@ class ClaimKeeper:
         """Write each claim (finalizer, then allocation and reservation); the claims as written, in order. Raises
         the API's error at the first refusal, after rolling back those written."""
         written: list[Obj] = []
+        latest: dict[str, Obj] = {}  # a claim written for an earlier pod of the gang, as written
         try:
             for w in writes:
-                written.append(self._write_one(w))
+                uid = w.claim["metadata"].get("uid", "")
+                written.append(self._write_one(w, latest.get(uid, w.claim)))
+                latest[uid] = written[-1]
         except Exception:
             self.roll_back(writes[:len(written)], written)
             self.forget(writes[len(written):])
             raise
         return written
 
-    def _write_one(self, w: ClaimWrite) -> Obj:
-        claim = w.claim
+    def _write_one(self, w: ClaimWrite, claim: Obj) -> Obj:
         if w.allocation is not None and FINALIZER not in (claim["metadata"].get("finalizers") or []):
             claim = {**claim, "metadata": {**claim["metadata"],
                                            "finalizers": [*(claim["metadata"].get("finalizers") or []), FINALIZER]}}
@@ -166,11 +171,15 @@ class ClaimKeeper:
     def roll_back(self, writes: list[ClaimWrite], written: list[Obj]) -> None:
         """Undo claim writes of a gang whose binding failed: its pods leave `reservedFor`, and a claim this
         allocated and no one else reserves is deallocated (as kube-scheduler's Unreserve and PostFilter do)."""
+        last: dict[str, tuple[Obj, set[str], bool]] = {}  # claim uid -> as last written, pods to drop, allocated
         for w, claim in zip(writes, written, strict=True):
+            uid = claim["metadata"].get("uid", "")
+            _, pods, allocated = last.get(uid, (claim, set(), False))
+            last[uid] = (claim, pods | {w.pod["metadata"]["uid"]}, allocated or w.allocation is not None)
+        for claim, pods, allocated in last.values():
             status = dict(claim.get("status") or {})
-            status["reservedFor"] = [r for r in status.get("reservedFor") or []
-                                     if r.get("uid") != w.pod["metadata"]["uid"]] or None
-            if w.allocation is not None and not status["reservedFor"]:
+            status["reservedFor"] = [r for r in status.get("reservedFor") or [] if r.get("uid") not in pods] or None
+            if allocated and not status["reservedFor"]:
                 status["allocation"] = None
             try:
                 self.api.update_claim({**claim, "status": status}, status=True)
