@@ -90,6 +90,8 @@ def check(env: Any) -> dict[str, Any]:
               env.request("GET", "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims")["items"]}
     wrong, taken, linked = 0, [], None
     for pod in pods.values():
+        if not pod["spec"].get("resourceClaims"):
+            continue  # the probe
         node = pod["spec"].get("nodeName")
         statuses = (pod.get("status") or {}).get("resourceClaimStatuses") or []
         claim = claims.get(statuses[0].get("resourceClaimName")) if statuses else None
