@@ -196,7 +196,8 @@ class KubeScheduler(Actuator):
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s,
-                                items["jobs"] + items["workloadpodgroups"], self._inventory)
+                                [*items["jobs"], *items["workloadpodgroups"], *items["pytorchjobs"],
+                                 *items["rayclusters"], *items["leaderworkersets"]], self._inventory)
         self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started

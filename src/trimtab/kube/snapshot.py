@@ -23,7 +23,7 @@ from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.pod_claims import with_devices
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, VOLCANO_GROUP
 from trimtab.kube.claims import claims_state, holding_devices
-from trimtab.kube.owners import owner_group, owner_groups
+from trimtab.kube.owners import owner_group, owner_groups, owner_sizes
 from trimtab.model import Job, Node, Resources
 from trimtab.units import parse_duration_s
 
@@ -177,7 +177,7 @@ class SnapshotReader:
         groups += [g for g in self._owner_groups(owners) if (g["metadata"]["namespace"], g["metadata"]["name"])
                    not in named]
         self._gangs = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
-        self._owners_read = {(o["metadata"]["namespace"], o["metadata"]["name"]) for o in owners}
+        self._owners_read = {(o["metadata"]["namespace"], name) for o in owners for name, _ in owner_sizes(o)}
         for doc in quotas:
             try:
                 out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas

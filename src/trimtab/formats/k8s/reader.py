@@ -13,6 +13,7 @@ from trimtab.formats import FormatError
 from trimtab.formats.k8s.documents import GPU, Doc, str_map
 from trimtab.formats.k8s.dra import DRA_API, DRA_KINDS, Inventory, read_inventory
 from trimtab.formats.k8s.nodes import read_node
+from trimtab.formats.k8s.operators import OPERATORS
 from trimtab.formats.k8s.pod_claims import with_devices
 from trimtab.formats.k8s.policy_objects import (
     PriorityClass,
@@ -29,11 +30,12 @@ from trimtab.model import Job, Node
 
 NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the label every namespace carries (its own name)
 _READ_KINDS = ("PriorityClass", "Namespace", "Node", "ResourceQuota", "Queue", "Reservation", "Pod", "PodGroup",
-               "WorkloadPodGroup", "VolcanoJob", "BatchJob", *DRA_KINDS)
+               "WorkloadPodGroup", "VolcanoJob", "BatchJob", "Operator", *DRA_KINDS)
 _READ_KINDS_TEXT = ("trimtab reads Node, Namespace, Pod, ResourceQuota (v1), Job (batch/v1 or batch.volcano.sh), "
                     "PodGroup (coscheduling, Volcano, scheduling.k8s.io/v1beta1), Queue, PriorityClass, Reservation "
-                    "(trimtab.io/v1), and DeviceClass, ResourceSlice, ResourceClaim and ResourceClaimTemplate "
-                    f"({DRA_API})")
+                    "(trimtab.io/v1), PyTorchJob (kubeflow.org/v1), RayCluster and RayJob (ray.io/v1), "
+                    "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), and DeviceClass, ResourceSlice, ResourceClaim "
+                    f"and ResourceClaimTemplate ({DRA_API})")
 
 
 @dataclass(slots=True)
@@ -120,6 +122,8 @@ class _Reader:
             workloads.read_volcano_job(doc)
         for doc in by_kind.pop("BatchJob", []):
             workloads.read_batch_job(doc)
+        for doc in by_kind.pop("Operator", []):
+            workloads.read_operator(doc)
         for rest in by_kind.values():
             for doc in rest:
                 doc.ignore("kind", f"unsupported kind {doc.kind!r} with apiVersion {doc.api!r}; {_READ_KINDS_TEXT}")
@@ -150,6 +154,8 @@ class _Reader:
 def _kind_key(kind: str, api: str) -> str:
     """The kind as the reader dispatches on it; a kind of an API group trimtab does not read gets its own key."""
     group = api.split("/")[0] if "/" in api else ""
+    if (api, kind) in OPERATORS:
+        return "Operator"
     if kind == "Job" and group == "batch.volcano.sh":
         return "VolcanoJob"
     if kind == "Job":

@@ -22,6 +22,7 @@ from trimtab.formats.k8s.documents import (
 )
 from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT, pod_backoff
+from trimtab.formats.k8s.operators import operator_gangs
 from trimtab.formats.k8s.pod_claims import pod_claims, restrict
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
 from trimtab.formats.k8s.resources import pod_resources
@@ -179,6 +180,20 @@ class WorkloadReader:
         for i in range(size):
             self._job(dataclasses.replace(doc, name=f"{doc.name}-{i}"), [pod], "", "", 1, own, max_retries=retries,
                       backoff=backoff)
+
+    def read_operator(self, doc: Doc) -> None:
+        """A PyTorchJob, RayCluster, RayJob or LeaderWorkerSet: each of its gangs (operators.py) as one, or its pods
+        one by one when the workload opts out (`trimtab.io/gang: "false"`)."""
+        own = _own_annotations(doc)
+        for gang in operator_gangs(doc):
+            pods = [self._pod(doc, t["spec"], f"{path}.spec", t.get("metadata") or {}) for path, t, _ in gang.pods]
+            names = [name for _, _, name in gang.pods]
+            if str(own.get(GANG, "")).lower() == "false":
+                for pod, name in zip(pods, names, strict=True):
+                    self._job(dataclasses.replace(doc, name=name), [pod], gang.priority_class, gang.queue, 1, own)
+            elif pods:
+                self._job(dataclasses.replace(doc, name=gang.name), pods, gang.priority_class, gang.queue, gang.size,
+                          own, names=names)
 
     def read_volcano_job(self, doc: Doc) -> None:
         """A Volcano Job: the replicas of every task in task order, a gang of the first `minAvailable` and
