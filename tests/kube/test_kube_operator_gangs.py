@@ -1,0 +1,119 @@
+"""The operators' workloads on a real control plane, their CRDs installed (schemas left open, as only their
+objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid; LWS
+labels): two PyTorchJobs, two RayClusters and two LeaderWorkerSet groups that fit one at a time each bind one
+whole, never one pod of each."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from kube_env import KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
+from test_kube_live import get_pod
+
+pytestmark = pytest.mark.kube
+SCHEDULER = "trimtab-operators"
+CRDS = (("kubeflow.org", "PyTorchJob", "pytorchjobs"), ("ray.io", "RayCluster", "rayclusters"),
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"))
+
+
+def crd(group: str, kind: str, plural: str) -> dict[str, Any]:
+    schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.{group}"},
+            "spec": {"group": group, "scope": "Namespaced",
+                     "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
+
+
+@pytest.fixture(scope="module")
+def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
+    missing = missing_binaries()
+    if missing:
+        pytest.skip(f"no {', '.join(missing)} in {bin_dir()}: build the control plane with `make kube-env`")
+    kube = KubeEnv(tmp_path_factory.mktemp("kube-env-operators"), crds=False)
+    kube.start()
+    try:
+        for group, kind, plural in CRDS:
+            kube.apply(crd(group, kind, plural))
+            kube.wait_served(f"/apis/{group}/v1/{plural}")
+        kube.wait_service_account()
+        proc = run_trimtab_kube(kube, "--scheduler-name", SCHEDULER, "--policy", "fifo", log_name="trimtab-ops")
+        try:
+            yield kube
+        finally:
+            stop_process(proc)
+    finally:
+        kube.stop()
+
+
+def template() -> dict[str, Any]:
+    return {"spec": {"containers": [{"name": "main", "image": "busybox",
+                                     "resources": {"limits": {"nvidia.com/gpu": "4"}}}]}}
+
+
+def pod(name: str, owner: dict[str, Any] | None, labels: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "default", "labels": labels or {}}
+    if owner is not None:
+        meta["ownerReferences"] = [{"apiVersion": owner["apiVersion"], "kind": owner["kind"],
+                                    "name": owner["metadata"]["name"], "uid": owner["metadata"]["uid"],
+                                    "controller": True}]
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": {"schedulerName": SCHEDULER, "nodeSelector": {"pool": meta["name"].split("-")[0]},
+                     "tolerations": [{"key": "pool", "operator": "Exists", "effect": "NoSchedule"}],
+                     **template()["spec"]}}
+
+
+def run_two(env: KubeEnv, pool: str, groups: dict[str, list[dict[str, Any]]]) -> None:
+    """Create the two groups' pods interleaved on two 8-GPU nodes of `pool`; after 8 s, exactly one group is
+    bound, whole, and the other not at all."""
+    nodes = env.add_gpu_nodes(2, prefix=pool, labels={"pool": pool},
+                              taints=[{"key": "pool", "value": pool, "effect": "NoSchedule"}])
+    env.wait_nodes_ready(nodes)
+    for pair in zip(*groups.values(), strict=True):
+        for p in pair:
+            env.apply(p)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        bound = {g: sum(1 for p in pods if get_pod(env, p["metadata"]["name"])["spec"].get("nodeName"))
+                 for g, pods in groups.items()}
+        if sorted(bound.values()) == [0, 3]:
+            break
+        time.sleep(0.5)
+    time.sleep(3)  # and it stays so
+    bound = {g: sum(1 for p in pods if get_pod(env, p["metadata"]["name"])["spec"].get("nodeName"))
+             for g, pods in groups.items()}
+    assert sorted(bound.values()) == [0, 3], bound
+
+
+def test_pytorch_jobs_bind_whole(env: KubeEnv) -> None:
+    groups = {}
+    for name in ("ptj-a", "ptj-b"):
+        job = env.apply({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": {"name": name},
+                         "spec": {"pytorchReplicaSpecs": {"Master": {"replicas": 1, "template": template()},
+                                                          "Worker": {"replicas": 2, "template": template()}}}})
+        groups[name] = [pod(f"{name}-{k}", job) for k in ("master-0", "worker-0", "worker-1")]
+    run_two(env, "ptj", groups)
+
+
+def test_ray_clusters_bind_whole(env: KubeEnv) -> None:
+    groups = {}
+    for name in ("ray-a", "ray-b"):
+        cluster = env.apply({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
+                             "spec": {"headGroupSpec": {"template": template()},
+                                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2,
+                                                            "template": template()}]}})
+        groups[name] = [pod(f"{name}-{k}", cluster) for k in ("head", "gpu-worker-0", "gpu-worker-1")]
+    run_two(env, "ray", groups)
+
+
+def test_leader_worker_set_groups_bind_whole(env: KubeEnv) -> None:
+    env.apply({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "lws"},
+               "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3, "workerTemplate": template()}}})
+    groups = {}
+    for g in range(2):
+        labels = {"leaderworkerset.sigs.k8s.io/name": "lws", "leaderworkerset.sigs.k8s.io/group-index": str(g)}
+        groups[str(g)] = [pod(f"lws-{g}" + (f"-{i}" if i else ""), None, labels) for i in range(3)]
+    run_two(env, "lws", groups)
