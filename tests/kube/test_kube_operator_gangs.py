@@ -1,7 +1,7 @@
 """The operators' workloads on a real control plane, their CRDs installed (schemas left open, as only their
-objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid; LWS
-labels): two PyTorchJobs, two RayClusters and two LeaderWorkerSet groups that fit one at a time each bind one
-whole, never one pod of each."""
+objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid): two
+PyTorchJobs that fit one at a time bind one whole, never one pod of each. (RayCluster and LeaderWorkerSet: the
+fake-API tests of test_kube_operators.py.)"""
 
 from __future__ import annotations
 
@@ -96,24 +96,3 @@ def test_pytorch_jobs_bind_whole(env: KubeEnv) -> None:
                                                           "Worker": {"replicas": 2, "template": template()}}}})
         groups[name] = [pod(f"{name}-{k}", job) for k in ("master-0", "worker-0", "worker-1")]
     run_two(env, "ptj", groups)
-
-
-def test_ray_clusters_bind_whole(env: KubeEnv) -> None:
-    groups = {}
-    for name in ("ray-a", "ray-b"):
-        cluster = env.apply({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
-                             "spec": {"headGroupSpec": {"template": template()},
-                                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2,
-                                                            "template": template()}]}})
-        groups[name] = [pod(f"{name}-{k}", cluster) for k in ("head", "gpu-worker-0", "gpu-worker-1")]
-    run_two(env, "ray", groups)
-
-
-def test_leader_worker_set_groups_bind_whole(env: KubeEnv) -> None:
-    env.apply({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "lws"},
-               "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3, "workerTemplate": template()}}})
-    groups = {}
-    for g in range(2):
-        labels = {"leaderworkerset.sigs.k8s.io/name": "lws", "leaderworkerset.sigs.k8s.io/group-index": str(g)}
-        groups[str(g)] = [pod(f"lws-{g}" + (f"-{i}" if i else ""), None, labels) for i in range(3)]
-    run_two(env, "lws", groups)
