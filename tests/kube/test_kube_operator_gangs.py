@@ -1,7 +1,7 @@
 """The operators' workloads on a real control plane, their CRDs installed (schemas left open, as only their
-objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid): two
-PyTorchJobs that fit one at a time bind one whole, never one pod of each. (RayCluster and LeaderWorkerSet: the
-fake-API tests of test_kube_operators.py.)"""
+objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid; LWS
+labels): two PyTorchJobs, two RayClusters and two LeaderWorkerSet groups that fit one at a time each bind one
+whole, never one pod of each."""
 
 from __future__ import annotations
 
@@ -67,14 +67,24 @@ def pod(name: str, owner: dict[str, Any] | None, labels: dict[str, str] | None =
 
 
 def run_two(env: KubeEnv, pool: str, groups: dict[str, list[dict[str, Any]]]) -> None:
-    """Create the two groups' pods interleaved on two 8-GPU nodes of `pool`; after 8 s, exactly one group is
-    bound, whole, and the other not at all."""
+    """Create the two groups' pods interleaved on two 8-GPU nodes of `pool`, check `assert_one_whole`, then
+    delete them."""
     nodes = env.add_gpu_nodes(2, prefix=pool, labels={"pool": pool},
                               taints=[{"key": "pool", "value": pool, "effect": "NoSchedule"}])
     env.wait_nodes_ready(nodes)
     for pair in zip(*groups.values(), strict=True):
         for p in pair:
             env.apply(p)
+    try:
+        assert_one_whole(env, groups)
+    finally:  # under fifo the group left waiting would block the next test's pods (head-of-line)
+        for pods in groups.values():
+            for p in pods:
+                env.request("DELETE", f"/api/v1/namespaces/default/pods/{p['metadata']['name']}?gracePeriodSeconds=0")
+
+
+def assert_one_whole(env: KubeEnv, groups: dict[str, list[dict[str, Any]]]) -> None:
+    """Within 30 s exactly one group is bound, whole, the other not at all, and 3 s later still so."""
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         bound = {g: sum(1 for p in pods if get_pod(env, p["metadata"]["name"])["spec"].get("nodeName"))
@@ -96,3 +106,24 @@ def test_pytorch_jobs_bind_whole(env: KubeEnv) -> None:
                                                           "Worker": {"replicas": 2, "template": template()}}}})
         groups[name] = [pod(f"{name}-{k}", job) for k in ("master-0", "worker-0", "worker-1")]
     run_two(env, "ptj", groups)
+
+
+def test_ray_clusters_bind_whole(env: KubeEnv) -> None:
+    groups = {}
+    for name in ("ray-a", "ray-b"):
+        cluster = env.apply({"apiVersion": "ray.io/v1", "kind": "RayCluster", "metadata": {"name": name},
+                             "spec": {"headGroupSpec": {"template": template()},
+                                      "workerGroupSpecs": [{"groupName": "gpu", "replicas": 2,
+                                                            "template": template()}]}})
+        groups[name] = [pod(f"{name}-{k}", cluster) for k in ("head", "gpu-worker-0", "gpu-worker-1")]
+    run_two(env, "ray", groups)
+
+
+def test_leader_worker_set_groups_bind_whole(env: KubeEnv) -> None:
+    env.apply({"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": {"name": "lws"},
+               "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 3, "workerTemplate": template()}}})
+    groups = {}
+    for g in range(2):
+        labels = {"leaderworkerset.sigs.k8s.io/name": "lws", "leaderworkerset.sigs.k8s.io/group-index": str(g)}
+        groups[str(g)] = [pod(f"lws-{g}" + (f"-{i}" if i else ""), None, labels) for i in range(3)]
+    run_two(env, "lws", groups)
