@@ -5,7 +5,7 @@ import pytest
 
 from trimtab.formats import FormatError
 from trimtab.formats.k8s import load_manifests
-from trimtab.kube.owners import owner_group, owner_groups
+from trimtab.kube.owners import owner_groups, owner_names
 
 GROUP = """
 apiVersion: scheduling.k8s.io/v1beta1
@@ -43,7 +43,7 @@ def test_a_gang_policy_makes_the_pods_naming_the_group_one_gang_of_min_count_as_
     # live, the same documents give the same gang: each pod's group, and its size
     group_doc = {"kind": "PodGroup", "metadata": {"name": "g", "namespace": "team-a"},
                  "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}}}
-    assert owner_group({"metadata": {}, "spec": {"schedulingGroup": {"podGroupName": "g"}}}) == "g"
+    assert owner_names({"metadata": {}, "spec": {"schedulingGroup": {"podGroupName": "g"}}}) == ("g",)
     assert [g["spec"]["minMember"] for g in owner_groups([group_doc])] == [gang.tasks]
 
 

@@ -1,7 +1,8 @@
 """The operators' workloads on a real control plane, their CRDs installed (schemas left open, as only their
 objects matter here), pods created as their controllers create them (ownerReferences with the owner's uid; LWS
-labels): two PyTorchJobs, two RayClusters and two LeaderWorkerSet groups that fit one at a time each bind one
-whole, never one pod of each."""
+labels; a JobSet's Jobs as its controller makes them, and their pods by the Job controller): two PyTorchJobs, two
+RayClusters, two LeaderWorkerSet groups and two JobSets that fit one at a time each bind one whole, never one pod
+of each."""
 
 from __future__ import annotations
 
@@ -15,17 +16,18 @@ from test_kube_live import get_pod
 
 pytestmark = pytest.mark.kube
 SCHEDULER = "trimtab-operators"
-CRDS = (("kubeflow.org", "PyTorchJob", "pytorchjobs"), ("ray.io", "RayCluster", "rayclusters"),
-        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets"))
+CRDS = (("kubeflow.org", "PyTorchJob", "pytorchjobs", "v1"), ("ray.io", "RayCluster", "rayclusters", "v1"),
+        ("leaderworkerset.x-k8s.io", "LeaderWorkerSet", "leaderworkersets", "v1"),
+        ("jobset.x-k8s.io", "JobSet", "jobsets", "v1alpha2"))
 
 
-def crd(group: str, kind: str, plural: str) -> dict[str, Any]:
+def crd(group: str, kind: str, plural: str, version: str) -> dict[str, Any]:
     schema = {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}
     return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
             "metadata": {"name": f"{plural}.{group}"},
             "spec": {"group": group, "scope": "Namespaced",
                      "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
-                     "versions": [{"name": "v1", "served": True, "storage": True, "schema": schema}]}}
+                     "versions": [{"name": version, "served": True, "storage": True, "schema": schema}]}}
 
 
 @pytest.fixture(scope="module")
@@ -36,9 +38,9 @@ def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeEnv]:
     kube = KubeEnv(tmp_path_factory.mktemp("kube-env-operators"), crds=False)
     kube.start()
     try:
-        for group, kind, plural in CRDS:
-            kube.apply(crd(group, kind, plural))
-            kube.wait_served(f"/apis/{group}/v1/{plural}")
+        for group, kind, plural, version in CRDS:
+            kube.apply(crd(group, kind, plural, version))
+            kube.wait_served(f"/apis/{group}/{version}/{plural}")
         kube.wait_service_account()
         proc = run_trimtab_kube(kube, "--scheduler-name", SCHEDULER, "--policy", "fifo", log_name="trimtab-ops")
         try:
@@ -127,3 +129,40 @@ def test_leader_worker_set_groups_bind_whole(env: KubeEnv) -> None:
         labels = {"leaderworkerset.sigs.k8s.io/name": "lws", "leaderworkerset.sigs.k8s.io/group-index": str(g)}
         groups[str(g)] = [pod(f"lws-{g}" + (f"-{i}" if i else ""), None, labels) for i in range(3)]
     run_two(env, "lws", groups)
+
+
+def test_jobsets_bind_whole(env: KubeEnv) -> None:
+    """Each JobSet a driver Job (1 x 4 GPUs) and a worker Job (2 x 4 GPUs): Job by Job, both drivers would bind and
+    b's would hold 4 GPUs for nothing; as JobSets one binds whole (its 3 pods), the other not at all."""
+    nodes = env.add_gpu_nodes(2, prefix="js", labels={"pool": "js"},
+                              taints=[{"key": "pool", "value": "js", "effect": "NoSchedule"}])
+    env.wait_nodes_ready(nodes)
+    def job_spec(name: str, rjob: str, parallelism: int) -> dict[str, Any]:
+        labels = {"jobset.sigs.k8s.io/jobset-name": name, "jobset.sigs.k8s.io/replicatedjob-name": rjob}
+        return {"parallelism": parallelism, "completions": parallelism, "template": {
+            "metadata": {"labels": labels}, "spec": {**pod(f"js-{rjob}", None)["spec"], "restartPolicy": "Never"}}}
+
+    rjobs = (("driver", 1), ("workers", 2))
+    sets = {name: env.apply({"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "metadata": {"name": name},
+                             "spec": {"replicatedJobs": [{"name": r, "replicas": 1, "template": {
+                                 "spec": job_spec(name, r, n)}} for r, n in rjobs]}})
+            for name in ("jsa", "jsb")}
+    for rjob, parallelism in rjobs:
+        for name, js in sets.items():  # interleaved, as two JobSet controllers' writes would be
+            owner = {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": name,
+                     "uid": js["metadata"]["uid"], "controller": True}
+            env.apply({"apiVersion": "batch/v1", "kind": "Job", "spec": job_spec(name, rjob, parallelism),
+                       "metadata": {"name": f"{name}-{rjob}-0", "ownerReferences": [owner]}})
+
+    def bound() -> dict[str, int]:
+        pods = env.request("GET", "/api/v1/namespaces/default/pods?labelSelector=jobset.sigs.k8s.io/jobset-name")
+        counts = dict.fromkeys(sets, 0)
+        for p in pods["items"]:
+            counts[p["metadata"]["labels"]["jobset.sigs.k8s.io/jobset-name"]] += bool(p["spec"].get("nodeName"))
+        return counts
+
+    deadline = time.monotonic() + 30
+    while sorted(bound().values()) != [0, 3] and time.monotonic() < deadline:
+        time.sleep(0.5)
+    time.sleep(3)  # and it stays so
+    assert sorted(bound().values()) == [0, 3], bound()

@@ -15,7 +15,7 @@ pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not insta
 from kube_objects import batch_job, gpu_node, gpu_pod, pod_group
 from test_kube_cycle import FakeApi
 
-from trimtab.formats.k8s.workloads import job_gang_size
+from trimtab.formats.k8s.operators import job_gang_size
 from trimtab.kube.live import KubeScheduler
 from trimtab.profile import Profile
 

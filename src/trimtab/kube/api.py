@@ -52,6 +52,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",
                                                         "podgroups"),
          "scheduling.volcano.sh/v1beta1", "PodGroup", True),
+    Kind("jobsets", create_namespaced_resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
+         "jobset.x-k8s.io/v1alpha2", "JobSet", True),
     Kind("pytorchjobs", create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),
          "kubeflow.org/v1", "PyTorchJob", True),
     Kind("rayclusters", create_namespaced_resource("ray.io", "v1", "RayCluster", "rayclusters"),

@@ -69,6 +69,17 @@ def holding_devices(pod: Obj, inv: Inventory) -> int:
     return held_devices(pod["metadata"]["uid"], pod_claim_objects(pod, inv))
 
 
+def live_inventory(classes: Iterable[Obj], slices: Iterable[Obj], claims: Iterable[Obj]) -> Inventory:
+    """The Inventory of the cluster's DRA objects (list items); when one holds a field trimtab cannot read, the
+    claims alone that it can (the API server validated them)."""
+    claims = list(claims)
+    try:
+        return read_inventory([_doc(o) for o in (*classes, *slices, *claims)], live=True)
+    except FormatError as exc:
+        log.warning("DRA objects not read: %s", exc)
+        return read_inventory([_doc(o) for o in claims if _readable(o)], live=True)
+
+
 class ClaimKeeper:
     """The DRA state of a live scheduler: `inventory(...)` each cycle, `plan` on the cycle's thread, `write` and
     `roll_back` on a writer thread."""
@@ -84,12 +95,7 @@ class ClaimKeeper:
     def inventory(self, classes: Iterable[Obj], slices: Iterable[Obj], claims: Iterable[Obj]) -> Inventory:
         """The cycle's Inventory; its `devices_key` stays while no DeviceClass or ResourceSlice changes."""
         classes, slices, claims = list(classes), list(slices), list(claims)
-        docs = [_doc(o) for o in (*classes, *slices, *claims)]
-        try:
-            inv = read_inventory(docs, live=True)
-        except FormatError as exc:  # the API server validated them; a field trimtab cannot read
-            log.warning("DRA objects not read: %s", exc)
-            inv = read_inventory([_doc(o) for o in claims if _readable(o)], live=True)
+        inv = live_inventory(classes, slices, claims)
         version = tuple(sorted((o["metadata"].get("uid"), o["metadata"].get("resourceVersion"))
                                for o in (*classes, *slices)))
         if version != self._devices_version:

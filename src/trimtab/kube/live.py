@@ -34,6 +34,7 @@ from trimtab.kube.credit import CreditKeeper
 from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
+from trimtab.kube.owners import OWNER_INFORMERS
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job, JobState
 from trimtab.profile import Profile, profile_for_manifests
@@ -196,8 +197,7 @@ class KubeScheduler(Actuator):
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s,
-                                [*items["jobs"], *items["workloadpodgroups"], *items["pytorchjobs"],
-                                 *items["rayclusters"], *items["leaderworkersets"]], self._inventory)
+                                [o for kind in OWNER_INFORMERS for o in items[kind]], self._inventory)
         self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started

@@ -1,12 +1,14 @@
 """Gangs from the workloads users submit, with no PodGroup written by hand: the pods of a batch/v1 Job, a
-PyTorchJob or a RayCluster (a RayJob's), found through their `ownerReferences`; each group of a LeaderWorkerSet,
-through the labels it gives its pods; and the pods of an upstream PodGroup (`scheduling.k8s.io/v1beta1`, the
-Workload API's runtime group, which the Job controller makes with the WorkloadWithJob feature), named by their
-`spec.schedulingGroup.podGroupName`.
+PyTorchJob or a RayCluster (a RayJob's), found through their `ownerReferences`; those of a JobSet and each group
+of a LeaderWorkerSet, through the labels their controllers give the pods; and the pods of an upstream PodGroup
+(`scheduling.k8s.io/v1beta1`, the Workload API's runtime group, which the Job controller makes with the
+WorkloadWithJob feature), named by their `spec.schedulingGroup.podGroupName`.
 
-Owns `owner_group` (the group a pod belongs to through its owner or its scheduling group) and `owner_groups` (those
-owners as the coscheduling PodGroups their pods form, sized as operators.py sizes them in manifests).
-Precedence: a PodGroup the pod names by label or annotation, then its scheduling group, then its owner. The
+Owns `owner_names` (the gangs a pod may belong to through its owners or its scheduling group), `owner_groups`
+(those owners as the coscheduling PodGroups their pods form, sized as operators.py sizes them in manifests) and
+OWNER_INFORMERS (the informers whose objects are owners).
+Precedence: a PodGroup the pod names by label or annotation, then its scheduling group, then its owners (a
+JobSet before the Job it made). The
 annotation `trimtab.io/gang: "false"` on the pod (its template) or on the owner opts it out, each pod then a job
 of its own; an upstream PodGroup of the `basic` policy is no gang either. docs/kubernetes.md says what each kind
 gives a gang."""
@@ -18,37 +20,51 @@ from typing import Any
 
 from trimtab.formats import FormatError
 from trimtab.formats.k8s.documents import Doc
-from trimtab.formats.k8s.operators import LWS_GROUP, LWS_NAME, OPERATORS, operator_gangs
+from trimtab.formats.k8s.operators import (
+    JOBSET_NAME,
+    JOBSET_RJOB,
+    LWS_GROUP,
+    LWS_NAME,
+    OPERATORS,
+    job_gang_size,
+    operator_gangs,
+)
 from trimtab.formats.k8s.workloads import GANG as OPT_OUT
-from trimtab.formats.k8s.workloads import job_gang_size
 
 Obj = dict[str, Any]
 
 JOB_API = "batch/v1"
 _OWNER_KINDS = {("Job", JOB_API), ("PyTorchJob", "kubeflow.org/v1"), ("RayCluster", "ray.io/v1")}
 WORKLOAD_GROUP_API = "scheduling.k8s.io/v1beta1"  # PodGroup of the Workload API (GenericWorkload, beta in 1.37)
+OWNER_INFORMERS = ("jobs", "workloadpodgroups", "jobsets", "pytorchjobs", "rayclusters", "leaderworkersets")
 
 
 def _opted_out(obj: Obj) -> bool:
     return str((obj["metadata"].get("annotations") or {}).get(OPT_OUT, "")).lower() == "false"
 
 
-def owner_group(pod: Obj) -> str | None:
-    """The name of the upstream PodGroup `pod` names in `spec.schedulingGroup.podGroupName`, else of the
-    batch/v1 Job that controls it (its ownerReference with `controller: true`, as the Job controller sets it)
-    unless the pod opts out; None otherwise."""
+def owner_names(pod: Obj) -> tuple[str, ...]:
+    """The gangs `pod` may belong to through its owners, in precedence (the first one the snapshot has as a gang
+    is its): the upstream PodGroup it names in `spec.schedulingGroup.podGroupName`; else, unless the pod opts
+    out, its JobSet's gangs (whole, then its replicated job's; from the labels the JobSet controller writes), the
+    workload that controls it (its ownerReference with `controller: true`: a batch/v1 Job, PyTorchJob or
+    RayCluster), and its LeaderWorkerSet group (by labels)."""
     named = ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
     if named:
-        return str(named)
+        return (str(named),)
     if _opted_out(pod):
-        return None
-    for ref in pod["metadata"].get("ownerReferences") or []:
-        if ref.get("controller") and (ref.get("kind"), ref.get("apiVersion")) in _OWNER_KINDS:
-            return str(ref["name"])
+        return ()
     labels = pod["metadata"].get("labels") or {}
+    names: list[str] = []
+    if labels.get(JOBSET_NAME):
+        names.append(labels[JOBSET_NAME])
+        if labels.get(JOBSET_RJOB):
+            names.append(f"{labels[JOBSET_NAME]}-{labels[JOBSET_RJOB]}")
+    names += [str(ref["name"]) for ref in pod["metadata"].get("ownerReferences") or []
+              if ref.get("controller") and (ref.get("kind"), ref.get("apiVersion")) in _OWNER_KINDS]
     if LWS_NAME in labels and LWS_GROUP in labels:
-        return f"{labels[LWS_NAME]}-{labels[LWS_GROUP]}"
-    return None
+        names.append(f"{labels[LWS_NAME]}-{labels[LWS_GROUP]}")
+    return tuple(names)
 
 
 def owner_sizes(owner: Obj) -> list[tuple[str, int]]:

@@ -23,7 +23,7 @@ from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.pod_claims import with_devices
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, VOLCANO_GROUP
 from trimtab.kube.claims import claims_state, holding_devices
-from trimtab.kube.owners import owner_group, owner_groups, owner_sizes
+from trimtab.kube.owners import owner_groups, owner_names, owner_sizes
 from trimtab.model import Job, Node, Resources
 from trimtab.units import parse_duration_s
 
@@ -31,7 +31,8 @@ Obj = dict[str, Any]
 # a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
 # gang (namespace, name: the PodGroup it names, else the Job that owns it), its status.startTime, and whether the
 # gang is its owner's (a Job) rather than a PodGroup it names
-PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None, bool]
+# uid, key, phase, node, deleting, ours, the PodGroup it names (namespace, name), start time, its owners' gangs
+PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None, tuple[str, ...]]
 _TERMINAL = ("Succeeded", "Failed")
 HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
 TERMINATING_PRIORITY = 2**31  # above every PriorityClass (at most 2e9): a terminating pod is never a victim
@@ -212,9 +213,9 @@ class SnapshotReader:
         for pod in pods:
             facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
             self._facts[id(pod)] = facts
-            uid, key, phase, node, deleting, ours, group, started, owned = facts[1]
-            if owned and group not in self._gangs:
-                group = None  # an owner that makes no gang (or not read yet): its pods are on their own
+            uid, key, phase, node, deleting, ours, group, started, owners = facts[1]
+            if group is None:  # the first of its owners' gangs; none (not read yet, or no gang): on its own
+                group = next((g for name in owners if (g := (key.split("/")[0], name)) in self._gangs), None)
             node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
                 if phase == "Succeeded":
@@ -259,12 +260,11 @@ class SnapshotReader:
         """What `_read_bound` reads of one version of a pod (an informer replaces a pod's dict when it changes)."""
         meta, spec = pod["metadata"], pod["spec"]
         named = pod_group(pod)
-        group = named or owner_group(pod)
         return (meta["uid"], pod_key(pod), (pod.get("status") or {}).get("phase"), spec.get("nodeName"),
                 bool(meta.get("deletionTimestamp")),
                 self.scheduler_name is None or spec.get("schedulerName") == self.scheduler_name,
-                (meta["namespace"], group) if group else None, (pod.get("status") or {}).get("startTime"),
-                group is not None and named is None)
+                (meta["namespace"], named) if named else None, (pod.get("status") or {}).get("startTime"),
+                () if named else owner_names(pod))
 
     def _pod_version(self, pod: Obj, before: Mapping[int, tuple[Obj, str]]) -> str:
         """What the reader reads of a pending pod (its metadata and spec), as a key: a write to its status (the
@@ -334,11 +334,11 @@ class SnapshotReader:
         for pod in sorted(mine, key=lambda p: (epoch_s(p["metadata"].get("creationTimestamp")), pod_key(p))):
             ns = pod["metadata"]["namespace"]
             group = pod_group(pod)
-            if group is None and (owner := owner_group(pod)) is not None:
-                if (ns, owner) in group_docs:
-                    group = owner
+            if group is None and (owners := owner_names(pod)):
+                group = next((name for name in owners if (ns, name) in group_docs), None)
+                if group is not None:
                     owned.add(pod_key(pod))
-                elif (ns, owner) not in self._owners_read:
+                elif not any((ns, name) in self._owners_read for name in owners):
                     continue
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))

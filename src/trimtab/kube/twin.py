@@ -18,11 +18,14 @@ from typing import Any
 from trimtab.formats.k8s import Manifests
 from trimtab.formats.k8s.workloads import DURATION
 from trimtab.kube.api import KINDS, KubeApi, status_code
+from trimtab.kube.claims import live_inventory
+from trimtab.kube.owners import OWNER_INFORMERS
 from trimtab.kube.snapshot import SnapshotReader, pod_key
 from trimtab.model import Job, Node
 from trimtab.units import parse_duration_s
 
 Obj = dict[str, Any]
+DRA_INFORMERS = ("deviceclasses", "resourceslices", "resourceclaims")
 PENDING_AT_S = 1.0  # pending jobs arrive after the running ones have been placed back on their nodes
 _ARRIVAL_STEP_S = 0.001  # keeps the pending jobs' creation order in the replay's submit times
 _TOLERATE_ALL = (("", "Exists", "", ""),)  # a running pod stays where it is, whatever the node's taints say now
@@ -65,7 +68,8 @@ def cluster_twin(objects: dict[str, list[Obj]], now_s: float, pod_duration_s: fl
     snap = SnapshotReader(None).read(objects["nodes"], objects["pods"],
                                      objects["podgroups"] + objects["volcanopodgroups"], objects["priorityclasses"],
                                      objects["namespaces"], objects["resourcequotas"], {}, now_s,
-                                     objects["jobs"] + objects["workloadpodgroups"])
+                                     [o for kind in OWNER_INFORMERS for o in objects.get(kind, [])],
+                                     live_inventory(*(objects.get(kind, []) for kind in DRA_INFORMERS)))
     pods_by_uid = {pod["metadata"]["uid"]: pod for pod in objects["pods"]}
     jobs: list[Job] = []
     for job, node, start_s in snap.holding:

@@ -1,6 +1,6 @@
-"""The gangs of the training and serving operators' workloads, as their controllers create the pods: Kubeflow's
-PyTorchJob, KubeRay's RayCluster and RayJob, and LeaderWorkerSet. (A JobSet's and a TrainJob's pods belong to
-batch/v1 Jobs, whose gangs are the Jobs'.)
+"""The gangs of the workloads users submit, as their controllers create the pods: batch/v1 Job's size
+(job_gang_size), JobSet (a TrainJob runs as one), Kubeflow's PyTorchJob, KubeRay's RayCluster and RayJob, and
+LeaderWorkerSet.
 
 Owns OPERATORS (apiVersion, kind -> how to read one) and operator_gangs: each gang's name, size and pod
 templates. The live snapshot groups pods by the same rules (kube/owners.py), so simulation and live agree;
@@ -12,10 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trimtab.formats.k8s.documents import Doc, int_field, mapping
+from trimtab.formats.k8s.documents import Doc, int_field, list_field, mapping
 
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # the labels LeaderWorkerSet gives each pod of a group
 LWS_GROUP = "leaderworkerset.sigs.k8s.io/group-index"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"  # the labels a JobSet gives its Jobs' pod templates
+JOBSET_RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +37,50 @@ def _template(doc: Doc, value: Any, path: str) -> Mapping[str, Any]:
     if not isinstance(template.get("spec"), dict):
         raise doc.error(f"{path}.spec", "a pod template needs a spec")
     return template
+
+
+def job_gang_size(spec: Mapping[str, Any], succeeded: int = 0, suspended: bool = False) -> int:
+    """How many pods of a batch/v1 Job run at once, as the Job controller keeps them: `parallelism` (default 1),
+    no more than the completions still to come (`completions - succeeded`) when `completions` is set; 0 while
+    suspended. Its gang, in simulation and live."""
+    if suspended:
+        return 0
+    size = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
+    if spec.get("completions") is not None:
+        size = min(size, int(spec["completions"]) - succeeded)
+    return max(size, 0)
+
+
+def jobset(doc: Doc, spec: Mapping[str, Any]) -> list[Gang]:
+    """JobSet (jobset.x-k8s.io/v1alpha2): each replicated job's `replicas` Jobs (`<jobset>-<rjob>-<i>`), each of
+    `job_gang_size` pods (`<job>-<k>`). The Jobs its controller creates at once form one gang, named after the
+    JobSet; under `startupPolicy.startupPolicyOrder: InOrder`, or with any `dependsOn`, a replicated job starts only
+    once another is ready, so each replicated job is a gang of its own (`<jobset>-<rjob>`). None while suspended."""
+    rjobs = list_field(doc, spec.get("replicatedJobs"), "spec.replicatedJobs")
+    if not rjobs:
+        raise doc.error("spec.replicatedJobs", "a JobSet needs at least one replicated job")
+    order = mapping(doc, spec.get("startupPolicy"), "spec.startupPolicy").get("startupPolicyOrder", "AnyOrder")
+    split = order == "InOrder" or any(isinstance(r, dict) and r.get("dependsOn") for r in rjobs)
+    gangs = []
+    for i, rjob in enumerate(rjobs):
+        path = f"spec.replicatedJobs[{i}]"
+        rjob = mapping(doc, rjob, path)
+        name = rjob.get("name")
+        if not isinstance(name, str) or not name:
+            raise doc.error(f"{path}.name", "a replicated job needs a name")
+        job = mapping(doc, mapping(doc, rjob.get("template"), f"{path}.template").get("spec"), f"{path}.template.spec")
+        template = _template(doc, job.get("template"), f"{path}.template.spec.template")
+        for key in ("parallelism", "completions"):
+            if job.get(key) is not None:
+                int_field(doc, job[key], f"{path}.template.spec.{key}", 1)
+        size = job_gang_size(job, suspended=bool(spec.get("suspend")))
+        pods = [(f"{path}.template.spec.template", template, f"{doc.name}-{name}-{j}-{k}")
+                for j in range(int_field(doc, rjob.get("replicas", 1), f"{path}.replicas", 0)) for k in range(size)]
+        gangs.append(Gang(f"{doc.name}-{name}", len(pods), pods))
+    if split:
+        return [g for g in gangs if g.pods]
+    pods = [p for g in gangs for p in g.pods]
+    return [Gang(doc.name, len(pods), pods)] if pods else []
 
 
 def pytorch_job(doc: Doc, spec: Mapping[str, Any]) -> list[Gang]:
@@ -104,6 +150,7 @@ def leader_worker_set(doc: Doc, spec: Mapping[str, Any]) -> list[Gang]:
 
 
 OPERATORS: dict[tuple[str, str], Callable[[Doc, Mapping[str, Any]], list[Gang]]] = {
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): jobset,
     ("kubeflow.org/v1", "PyTorchJob"): pytorch_job,
     ("ray.io/v1", "RayCluster"): ray_cluster,
     ("ray.io/v1", "RayJob"): ray_job,

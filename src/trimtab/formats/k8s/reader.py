@@ -33,9 +33,9 @@ _READ_KINDS = ("PriorityClass", "Namespace", "Node", "ResourceQuota", "Queue", "
                "WorkloadPodGroup", "VolcanoJob", "BatchJob", "Operator", *DRA_KINDS)
 _READ_KINDS_TEXT = ("trimtab reads Node, Namespace, Pod, ResourceQuota (v1), Job (batch/v1 or batch.volcano.sh), "
                     "PodGroup (coscheduling, Volcano, scheduling.k8s.io/v1beta1), Queue, PriorityClass, Reservation "
-                    "(trimtab.io/v1), PyTorchJob (kubeflow.org/v1), RayCluster and RayJob (ray.io/v1), "
-                    "LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), and DeviceClass, ResourceSlice, ResourceClaim "
-                    f"and ResourceClaimTemplate ({DRA_API})")
+                    "(trimtab.io/v1), JobSet (jobset.x-k8s.io/v1alpha2), PyTorchJob (kubeflow.org/v1), RayCluster "
+                    "and RayJob (ray.io/v1), LeaderWorkerSet (leaderworkerset.x-k8s.io/v1), and DeviceClass, "
+                    f"ResourceSlice, ResourceClaim and ResourceClaimTemplate ({DRA_API})")
 
 
 @dataclass(slots=True)

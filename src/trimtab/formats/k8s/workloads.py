@@ -22,7 +22,7 @@ from trimtab.formats.k8s.documents import (
 )
 from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT, pod_backoff
-from trimtab.formats.k8s.operators import operator_gangs
+from trimtab.formats.k8s.operators import job_gang_size, operator_gangs
 from trimtab.formats.k8s.pod_claims import pod_claims, restrict
 from trimtab.formats.k8s.policy_objects import SYSTEM_CLASSES, PriorityClass
 from trimtab.formats.k8s.resources import pod_resources
@@ -372,18 +372,6 @@ class WorkloadReader:
             raise doc.error("spec.priorityClassName", f"unknown priority class: no PriorityClass with name {name} "
                             "was found")
         return pc
-
-
-def job_gang_size(spec: Mapping[str, Any], succeeded: int = 0, suspended: bool = False) -> int:
-    """How many pods of a batch/v1 Job run at once, as the Job controller keeps them: `parallelism` (default 1),
-    no more than the completions still to come (`completions - succeeded`) when `completions` is set; 0 while
-    suspended. Its gang, in simulation and live."""
-    if suspended:
-        return 0
-    size = int(spec["parallelism"]) if spec.get("parallelism") is not None else 1
-    if spec.get("completions") is not None:
-        size = min(size, int(spec["completions"]) - succeeded)
-    return max(size, 0)
 
 
 def _elastic(doc: Doc, own: Mapping[str, str], tasks: int, task: Resources) -> Elastic | None:
