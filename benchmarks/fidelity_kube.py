@@ -24,7 +24,8 @@ from kube_env import KWOK_NODE, ROOT, KubeEnv, missing_binaries, run_trimtab_kub
 from trimtab.formats.k8s.workloads import COSCHED_GROUP, SUBMIT
 from trimtab.units import parse_duration_s
 
-CLUSTER_KINDS = ("Namespace", "PriorityClass", "ResourceQuota", "Node")
+CLUSTER_KINDS = ("Namespace", "PriorityClass", "ResourceQuota", "Node", "DeviceClass", "ResourceSlice",
+                 "ResourceClaimTemplate")
 WORKLOAD_KINDS = ("PodGroup", "Pod", "Job")
 POLL_S = 0.1
 GANG_ROUND_S = 2.0

@@ -3,7 +3,8 @@ fresh control plane (tests/kube/kube_env.py, binaries from `make kube-env`), wit
 API client rate limits (`--kube-api-qps 1000 --kube-api-burst 2000` for both).
 
 Scenarios (one JSON line per measurement on stdout, the timeline table on stderr):
-  gangs       two PodGroups of 12 one-GPU pods arriving together on 2 nodes x 8 GPUs, one-GPU pods of 10 s
+  gangs       two PodGroups of 12 one-GPU pods arriving together on 2 nodes x 8 GPUs (--gangs-as jobs: two
+              Indexed batch/v1 Jobs of parallelism 12, no PodGroup written), one-GPU pods of 10 s
               streaming in (one every 2 s). A gang runs once all 12 members are bound (this script then ends it
               after --gang-run-s, as its training would); members bound before that hold their GPUs waiting.
               kube-scheduler runs stock: without the coscheduling plugin it has no gangs (the PodGroup label means
@@ -16,7 +17,7 @@ Scenarios (one JSON line per measurement on stdout, the timeline table on stderr
 
 Usage (from the project root; about 10 minutes at the defaults on 2 cores):
     .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|dra|both]
-        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy reserve]
+        [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy reserve] [--gangs-as jobs]
 The issue's full size: --nodes 1000 --pods 10000 (8,000 GPUs: 8,000 pods bind, the rest wait)."""
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ class PodWatch:
         self.created: dict[str, float] = {}
         self.bound: dict[str, float] = {}
         self.gone: set[str] = set()
+        self.job: dict[str, str] = {}  # pod -> the Job that made it
         self.lock = threading.Lock()
         version = env.request("GET", "/api/v1/pods?limit=1")["metadata"]["resourceVersion"]
         threading.Thread(target=self._run, args=(version,), daemon=True).start()
@@ -94,10 +96,17 @@ class PodWatch:
     def _see(self, kind: str, pod: dict[str, Any]) -> None:
         name, now = pod["metadata"]["name"], time.monotonic()
         with self.lock:
+            if job := (pod["metadata"].get("labels") or {}).get("batch.kubernetes.io/job-name"):
+                self.job[name] = job
             if pod["spec"].get("nodeName") and name not in self.bound:
                 self.bound[name] = now
             if kind == "DELETED" or pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                 self.gone.add(name)
+
+    def of_jobs(self, jobs: tuple[str, ...]) -> dict[str, list[str]]:
+        """The pods seen of each of `jobs` (by the label the Job controller gives them)."""
+        with self.lock:
+            return {j: sorted(n for n, owner in self.job.items() if owner == j) for j in jobs}
 
     def holding(self, names: list[str]) -> int:
         """How many of `names` are bound and not gone now."""
@@ -190,23 +199,39 @@ def gangs(args: argparse.Namespace, scheduler: str, workdir: Path) -> dict[str, 
     try:
         watch = PodWatch(env)
         name = SCHEDULER_NAME[scheduler]
+        started = time.monotonic()
+        if args.gangs_as == "jobs":  # the Job controller makes the pods; a Job's are those of its label
+            for g in ("gang-a", "gang-b"):
+                template = pod(g, name)
+                env.apply({"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": g, "namespace": "default"},
+                           "spec": {"parallelism": GANG_SIZE, "completions": GANG_SIZE, "completionMode": "Indexed",
+                                    "template": {"spec": template["spec"]}}})
+            return _run_gangs(args, env, watch, lambda: watch.of_jobs(("gang-a", "gang-b")), started, scheduler)
         members = {g: [f"{g}-{i}" for i in range(GANG_SIZE)] for g in ("gang-a", "gang-b")}
         for g in members:
             env.apply({"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup",
                        "metadata": {"name": g, "namespace": "default"}, "spec": {"minMember": GANG_SIZE}})
-        started = time.monotonic()
         watch.create([pod(m, name, group=m.rsplit("-", 1)[0])  # the two gangs' members interleaved
                       for pair in zip(*members.values(), strict=True) for m in pair])
-        return _run_gangs(args, env, watch, members, started, scheduler)
+        return _run_gangs(args, env, watch, lambda: members, started, scheduler)
     finally:
         if proc is not None:
             stop_process(proc)
         env.stop()
 
 
-def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, members: dict[str, list[str]],
-               started: float, scheduler: str) -> dict[str, Any]:
-    """Stream small pods, end each gang --gang-run-s after it is whole, sample who holds GPUs every 2 s."""
+def _end_gang(env: KubeEnv, gang: str, names: list[str], jobs: bool) -> None:
+    """Its training is over: its pods go (a Job first, or its controller would make them again)."""
+    if jobs:
+        env.request("DELETE", f"/apis/batch/v1/namespaces/default/jobs/{gang}?propagationPolicy=Background")
+    for n in names:
+        delete(env, n)
+
+
+def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, gang_pods: Any, started: float,
+               scheduler: str) -> dict[str, Any]:
+    """Stream small pods, end each gang --gang-run-s after it is whole (`gang_pods()`: gang -> its pods' names
+    now), sample who holds GPUs every 2 s."""
     small: list[str] = []
     whole_at: dict[str, float] = {}
     ended: set[str] = set()
@@ -217,13 +242,13 @@ def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, members:
             small.append(f"small-{len(small)}")
             watch.create([pod(small[-1], SCHEDULER_NAME[scheduler], duration="10s")], threads=1)
             next_small += 2.0
+        members = gang_pods()
         for g, names in members.items():
-            if g not in whole_at and all(n in watch.bound for n in names):
+            if g not in whole_at and len(names) >= GANG_SIZE and all(n in watch.bound for n in names):
                 whole_at[g] = now
             if g in whole_at and now - whole_at[g] >= args.gang_run_s and g not in ended:
-                ended.add(g)  # its training is over: its pods go
-                for n in names:
-                    delete(env, n)
+                ended.add(g)
+                _end_gang(env, g, names, args.gangs_as == "jobs")
         if now >= next_sample:
             held = {g: watch.holding(names) for g, names in members.items()}
             half_max = max(half_max, sum(1 for g, k in held.items() if 0 < k < GANG_SIZE and g not in whole_at))
@@ -235,7 +260,7 @@ def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, members:
     for row in rows[::2]:
         print(f"{row[0]:>5} {row[1]:>7} {row[2]:>7} {row[3]:>6}", file=sys.stderr)
     waits = [watch.bound.get(n, end) - watch.created[n] for n in small if n in watch.created]
-    return {"bench": "kube_gangs", "scheduler": scheduler, "gangs_completed": len(whole_at),
+    return {"bench": "kube_gangs", "gangs_as": args.gangs_as, "scheduler": scheduler, "gangs_completed": len(whole_at),
             "half_bound_gangs_max": half_max, "small_pods_max_wait_s": round(max(waits), 1),
             "small_pods_bound": sum(1 for n in small if n in watch.bound), "small_pods": len(small),
             "horizon_s": args.gang_horizon_s}
@@ -287,6 +312,8 @@ def main() -> None:
     parser.add_argument("--timeout-s", type=float, default=600.0, help="throughput: give up binding after this")
     parser.add_argument("--gang-horizon-s", type=float, default=90.0)
     parser.add_argument("--gang-run-s", type=float, default=20.0)
+    parser.add_argument("--gangs-as", choices=("podgroups", "jobs"), default="podgroups",
+                        help="gangs: two PodGroups of pods, or two Indexed batch/v1 Jobs with no PodGroup")
     parser.add_argument("--dra-nodes", type=int, default=100)
     parser.add_argument("--dra-pods", type=int, default=300)
     parser.add_argument("--logs", type=Path, help="keep each run's trimtab kube log in this folder")
