@@ -171,3 +171,37 @@ def test_partitions_of_one_gpu_share_its_counters(dra_env: KubeEnv) -> None:
     time.sleep(5)
     assert not get_pod(dra_env, "mig-whole")["spec"].get("nodeName")
     assert_no_device_twice(dra_env)
+    # under fifo a pod left waiting would hold back the pods of the tests after this one (head-of-line)
+    dra_env.request("DELETE", "/api/v1/namespaces/default/pods/mig-whole?gracePeriodSeconds=0")
+
+
+def test_an_extended_resource_a_class_backs_gets_a_claim_made_for_the_pod(dra_env: KubeEnv) -> None:
+    """A DeviceClass naming nvidia.com/gpu in extendedResourceName (GA in 1.37); a pod asking nvidia.com/gpu: 2
+    on a node that advertises none gets a claim made for it (owned by it, annotated), allocated with two devices
+    of its node and reserved for it before the binding, and named in its extendedResourceClaimStatus."""
+    node = dra_env.add_gpu_nodes(1, gpus=0, prefix="ext")[0]
+    dra_env.wait_nodes_ready([node])
+    dra_env.apply(resource_slice(node, [gpu(f"gpu-{i}") for i in range(4)]))
+    ext_class = device_class("gpu-ext")
+    ext_class["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    dra_env.apply(ext_class)
+    spec = {"schedulerName": SCHEDULER, "nodeSelector": {"kubernetes.io/hostname": node},
+            "containers": [{"name": "main", "image": "busybox",
+                            "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}
+    dra_env.apply({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "ext-pod", "namespace": "default"},
+                   "spec": spec})
+    deadline = time.monotonic() + 60
+    while not (pod := get_pod(dra_env, "ext-pod"))["spec"].get("nodeName"):
+        assert time.monotonic() < deadline, pod["status"]
+        time.sleep(0.2)
+    assert pod["spec"]["nodeName"] == node
+    status = pod["status"]["extendedResourceClaimStatus"]
+    made = next(c for c in claims(dra_env) if c["metadata"]["name"] == status["resourceClaimName"])
+    assert made["metadata"]["name"].startswith("ext-pod-extended-resources-")
+    assert made["metadata"]["annotations"]["resource.kubernetes.io/extended-resource-claim"] == "true"
+    assert made["metadata"]["ownerReferences"][0]["uid"] == pod["metadata"]["uid"]
+    assert sorted(devices_of(made)) == [(node, "gpu-0"), (node, "gpu-1")]
+    assert [r["uid"] for r in made["status"]["reservedFor"]] == [pod["metadata"]["uid"]]
+    assert status["requestMappings"] == [{"containerName": "main", "resourceName": "nvidia.com/gpu",
+                                          "requestName": "container-0-request-0"}]
+    assert_no_device_twice(dra_env)

@@ -265,6 +265,35 @@ class KubeApi:
         answer = self.wire.send("PUT", path + ("/status" if status else "") + self._manager, claim)
         return answer if isinstance(answer, dict) else claim
 
+    def create_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+        """Create a ResourceClaim (one with `generateName` gets its name from the server); the claim as created."""
+        self.limit.take()
+        self._fenced()
+        path = f"/apis/resource.k8s.io/v1/namespaces/{claim['metadata']['namespace']}/resourceclaims"
+        answer = self.wire.send("POST", path + self._manager, claim)
+        if not isinstance(answer, dict):
+            raise RuntimeError(f"creating a ResourceClaim in {claim['metadata']['namespace']}: no object answered")
+        return answer
+
+    def delete_claim(self, claim: dict[str, Any]) -> None:
+        """Delete a ResourceClaim this scheduler created, its finalizers removed first (as kube-scheduler deletes
+        the claim it made for a pod whose binding failed)."""
+        if claim["metadata"].get("finalizers"):
+            claim = self.update_claim({**claim, "metadata": {**claim["metadata"], "finalizers": []}})
+        self.limit.take()
+        self._fenced()
+        meta = claim["metadata"]
+        self.wire.send("DELETE", f"/apis/resource.k8s.io/v1/namespaces/{meta['namespace']}/resourceclaims/"
+                                 f"{meta['name']}", {"kind": "DeleteOptions", "apiVersion": "v1"})
+
+    def set_extended_claim(self, namespace: str, name: str, claim_name: str,
+                           mappings: tuple[tuple[str, str, str], ...]) -> None:
+        """Name in the pod's `status.extendedResourceClaimStatus` the claim made for its extended resources, and
+        which request serves each (container, resource)."""
+        self._patch_status(namespace, name, {"extendedResourceClaimStatus": {
+            "resourceClaimName": claim_name,
+            "requestMappings": [{"containerName": c, "resourceName": r, "requestName": q} for c, r, q in mappings]}})
+
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
         self.limit.take()

@@ -17,9 +17,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s.documents import Doc
+from trimtab.formats.k8s.documents import GPU, Doc
 from trimtab.formats.k8s.dra import FINALIZER, Claim, DeviceId, Inventory, read_inventory
 from trimtab.formats.k8s.dra_alloc import allocate
+from trimtab.formats.k8s.dra_extended import ANNOTATION as EXTENDED
+from trimtab.formats.k8s.dra_extended import claim_manifest, extended_claim
 from trimtab.formats.k8s.pod_claims import held_devices, pod_claims
 from trimtab.kube.api import KubeApi
 
@@ -37,6 +39,14 @@ class ClaimWrite:
     pod: Obj
     node: str
     devices: tuple[DeviceId, ...] = ()
+    mappings: tuple[tuple[str, str, str], ...] = ()  # a claim to create for extended resources: its mappings
+    created: bool = False  # it was created by this write (so a rollback deletes it)
+    stale: bool = False  # the pod's claim for extended resources from an attempt that did not bind: delete it
+
+    @property
+    def key(self) -> str:
+        """The claim's uid; before a claim for extended resources is created, its pod's."""
+        return self.claim["metadata"].get("uid") or "new:" + self.pod["metadata"]["uid"]
 
 
 def _doc(obj: Obj) -> Doc:
@@ -88,7 +98,9 @@ class ClaimKeeper:
         self.api = api
         self._lock = threading.Lock()
         self._inflight: dict[str, tuple[DeviceId, ...]] = {}  # claim uid -> the devices being allocated to it
+        self._created: set[str] = set()  # claims this created that the informer may not show yet
         self._objects: dict[tuple[str, str], Obj] = {}
+        self._extended_of: dict[str, Obj] = {}  # pod uid -> the claim made for its extended resources
         self._devices_version: tuple[Any, ...] = ()
         self._devices_key: object = object()
 
@@ -102,62 +114,107 @@ class ClaimKeeper:
             self._devices_version, self._devices_key = version, object()
         inv.devices_key = self._devices_key
         self._objects = {(o["metadata"]["namespace"], o["metadata"]["name"]): o for o in claims}
+        self._extended_of = {ref["uid"]: o for o in claims
+                             if (o["metadata"].get("annotations") or {}).get(EXTENDED) == "true"
+                             for ref in o["metadata"].get("ownerReferences") or []
+                             if ref.get("kind") == "Pod" and ref.get("controller")}
         with self._lock:
             allocated = {c.uid for c in inv.claims.values() if c.allocated is not None}
             known = {c.uid for c in inv.claims.values()}
-            self._inflight = {u: d for u, d in self._inflight.items() if u in known and u not in allocated}
+            self._inflight = {u: d for u, d in self._inflight.items() if u not in allocated and (
+                u in known or u in self._created or u.startswith("new:"))}
+            self._created &= set(self._inflight)
         return inv
 
     def plan(self, inv: Inventory, pods: list[Obj], nodes: list[str]) -> list[ClaimWrite] | str:
-        """The claim writes that binding `pods` to `nodes` needs (devices none else has or is being given), or why
-        they cannot be made; the planned devices count as taken from now on (until `roll_back`)."""
+        """The claim writes that binding `pods` to `nodes` needs (devices none else has or is being given): their
+        claims', and a claim to create for the extended resources DRA backs on that node; or why they cannot be
+        made. The planned devices count as taken from now on (until `roll_back`)."""
         with self._lock:
             taken = inv.in_use() | {d for devices in self._inflight.values() for d in devices}
         writes: list[ClaimWrite] = []
         for pod, node in zip(pods, nodes, strict=True):
-            if not pod["spec"].get("resourceClaims"):
-                continue
             try:
-                resolved = pod_claims(_doc(pod), pod["spec"], pod.get("status") or {}, "spec", inv).claims
+                done = self._plan_pod(inv, pod, node, taken, writes)
             except FormatError as exc:
                 return str(exc)
-            planned = {w.claim["metadata"].get("uid"): w.node for w in writes if w.allocation is not None}
-            unallocated = []
-            for claim in (c for _, c, _ in resolved if c is not None):
-                on = claim.node if claim.allocated is not None else planned.get(claim.uid)
-                if on is None:
-                    unallocated.append(claim)
-                    continue
-                if on and on != node:
-                    return f"ResourceClaim {claim.namespace}/{claim.name} is allocated on node {on}"
-                writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)], None, pod, node))
-            result = allocate(inv, [c.spec for c in unallocated], node, taken)
-            if isinstance(result, str):
-                return f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']} on node {node}: {result}"
-            for claim, alloc in zip(unallocated, result, strict=True):
-                devices = tuple(d.id for _, d in alloc.results)
-                taken.update(devices)
+            if done is not None:
+                return f"pod {pod['metadata']['namespace']}/{pod['metadata']['name']} on node {node}: {done}"
+        with self._lock:
+            self._inflight.update((w.key, w.devices) for w in writes if w.devices)
+        return writes
+
+    def _plan_pod(self, inv: Inventory, pod: Obj, node: str, taken: set[DeviceId],
+                  writes: list[ClaimWrite]) -> str | None:
+        """Add one pod's claim writes to `writes` (its devices to `taken`); why they cannot be made, else None."""
+        ext = extended_claim(_doc(pod), pod["spec"], "spec", inv,
+                             skip=(GPU,) if inv.own_gpus.get(node, 0) > 0 else ()) if inv.classes else None
+        resolved = pod_claims(_doc(pod), pod["spec"], pod.get("status") or {}, "spec", inv).claims \
+            if pod["spec"].get("resourceClaims") else ()
+        planned = {w.claim["metadata"].get("uid"): w.node for w in writes if w.allocation is not None}
+        unallocated = []
+        for claim in (c for _, c, _ in resolved if c is not None):
+            on = claim.node if claim.allocated is not None else planned.get(claim.uid)
+            if on is None:
+                unallocated.append(claim)
+                continue
+            if on and on != node:
+                return f"ResourceClaim {claim.namespace}/{claim.name} is allocated on node {on}"
+            writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)], None, pod, node))
+        if (stale := self._extended_of.get(pod["metadata"]["uid"])) is not None:
+            writes.append(ClaimWrite(stale, None, pod, node, stale=True))  # its devices stay taken meanwhile
+        specs = [c.spec for c in unallocated] + ([ext.spec] if ext else [])
+        result = allocate(inv, specs, node, taken)
+        if isinstance(result, str):
+            return result
+        for claim, alloc in zip([*unallocated, None], result, strict=False):
+            devices = tuple(d.id for _, d in alloc.results)
+            taken.update(devices)
+            if claim is None and ext is not None:
+                writes.append(ClaimWrite(claim_manifest(pod, ext), alloc.status(ext.spec, inv, node), pod, node,
+                                         devices, ext.mappings))
+            elif claim is not None:
                 writes.append(ClaimWrite(self._objects[(claim.namespace, claim.name)],
                                          alloc.status(claim.spec, inv, node), pod, node, devices))
-        with self._lock:
-            self._inflight.update((w.claim["metadata"]["uid"], w.devices) for w in writes if w.devices)
-        return writes
+        return None
 
     def write(self, writes: list[ClaimWrite]) -> list[Obj]:
         """Write each claim (finalizer, then allocation and reservation); the claims as written, in order. Raises
         the API's error at the first refusal, after rolling back those written."""
+        for w in (w for w in writes if w.stale):
+            try:
+                self.api.delete_claim(w.claim)
+            except Exception as exc:  # gone already, or it goes with its pod
+                log.info("deleting the stale ResourceClaim %s failed: %r", w.claim["metadata"]["name"], exc)
+        writes = [w for w in writes if not w.stale]
         written: list[Obj] = []
         latest: dict[str, Obj] = {}  # a claim written for an earlier pod of the gang, as written
         try:
             for w in writes:
+                if w.mappings and not w.created:
+                    self._create(w)
                 uid = w.claim["metadata"].get("uid", "")
                 written.append(self._write_one(w, latest.get(uid, w.claim)))
                 latest[uid] = written[-1]
+                if w.mappings:
+                    pod = w.pod["metadata"]
+                    self.api.set_extended_claim(pod["namespace"], pod["name"], w.claim["metadata"]["name"], w.mappings)
         except Exception:
+            for w in writes[len(written):]:
+                if w.created:  # created, then refused its status: it goes too
+                    self.roll_back([w], [w.claim])
             self.roll_back(writes[:len(written)], written)
             self.forget(writes[len(written):])
             raise
         return written
+
+    def _create(self, w: ClaimWrite) -> None:
+        """Create the claim for a pod's extended resources; its devices stay in flight under its new uid."""
+        before = w.key
+        w.claim, w.created = self.api.create_claim(w.claim), True
+        with self._lock:
+            self._inflight[w.key] = self._inflight.pop(before, w.devices)
+            self._created.add(w.key)
 
     def _write_one(self, w: ClaimWrite, claim: Obj) -> Obj:
         if w.allocation is not None and FINALIZER not in (claim["metadata"].get("finalizers") or []):
@@ -177,8 +234,17 @@ class ClaimKeeper:
     def roll_back(self, writes: list[ClaimWrite], written: list[Obj]) -> None:
         """Undo claim writes of a gang whose binding failed: its pods leave `reservedFor`, and a claim this
         allocated and no one else reserves is deallocated (as kube-scheduler's Unreserve and PostFilter do)."""
+        writes = [w for w in writes if not w.stale]
         last: dict[str, tuple[Obj, set[str], bool]] = {}  # claim uid -> as last written, pods to drop, allocated
+        for w in writes:
+            if w.created:  # one this made for a pod's extended resources goes, as kube-scheduler's Unreserve does
+                try:
+                    self.api.delete_claim(next((c for c in written if c["metadata"]["uid"] == w.key), w.claim))
+                except Exception as exc:  # it goes with its pod anyway (its owner)
+                    log.warning("deleting ResourceClaim %s failed: %r", w.claim["metadata"]["name"], exc)
         for w, claim in zip(writes, written, strict=True):
+            if w.created:
+                continue
             uid = claim["metadata"].get("uid", "")
             _, pods, allocated = last.get(uid, (claim, set(), False))
             last[uid] = (claim, pods | {w.pod["metadata"]["uid"]}, allocated or w.allocation is not None)
@@ -197,7 +263,8 @@ class ClaimKeeper:
         """The allocations of `writes` are no longer in flight."""
         with self._lock:
             for w in writes:
-                self._inflight.pop(w.claim["metadata"].get("uid", ""), None)
+                self._inflight.pop(w.key, None)
+                self._created.discard(w.key)
 
 
 def _readable(obj: Obj) -> bool:

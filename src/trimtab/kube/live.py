@@ -336,7 +336,7 @@ class KubeScheduler(Actuator):
         for job, nodes in binds:
             pods = snap.pods_of[job.id]
             writes = self.claims.plan(self._inventory, pods, nodes) \
-                if any(p["spec"].get("resourceClaims") for p in pods) else []
+                if self._inventory.classes or any(p["spec"].get("resourceClaims") for p in pods) else []
             if isinstance(writes, str):  # the model's devices fit, the allocator's do not: back to the queue
                 log.info("job %s: its ResourceClaims cannot be allocated: %s", job.id, writes)
                 self._record(pods[0], "FailedScheduling", f"trimtab: {writes}", True)

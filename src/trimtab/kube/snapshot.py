@@ -343,6 +343,8 @@ class SnapshotReader:
             units.setdefault((ns, group) if group else (ns, "pod:" + pod["metadata"]["name"]), []).append(pod)
         classes_key = tuple(sorted((c.name, c.value, c.global_default) for c in classes))
         cache, self._unit_reads = self._unit_reads, {}
+        inv = self._inventory  # where GPU pods may go depends on the devices and the nodes' own GPUs
+        dra_key = (inv.devices_key, tuple(sorted(inv.own_gpus.items()))) if inv.devices else None
         versions_before, self._pending_versions = self._pending_versions, {}
         for (ns, name), pods in units.items():
             docs: list[tuple[str, Obj]] = [(pod_key(p), _pod_doc(p, name if pod_key(p) in owned else None))
@@ -354,7 +356,8 @@ class SnapshotReader:
                 docs.append((f"Namespace {ns}", namespaces[ns]))
             key = (tuple(self._pod_version(p, versions_before) for p in pods),
                    tuple(_version(data) for _, data in docs[len(pods):]), classes_key,
-                   tuple(claims_state(p, self._inventory) for p in pods if p["spec"].get("resourceClaims")))
+                   tuple(claims_state(p, self._inventory) for p in pods if p["spec"].get("resourceClaims")),
+                   dra_key)
             read = cache[key] if key in cache else _read_unit(docs, classes, self._inventory)
             self._unit_reads[key] = read
             if isinstance(read, str):

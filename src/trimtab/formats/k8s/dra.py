@@ -90,7 +90,8 @@ class DeviceClass:
 @dataclass(slots=True)
 class Inventory:
     """Everything DRA the scheduler knows: `devices` by node name ("" holds the allNodes devices), counter set
-    capacities by (driver, pool, set), classes, templates and claims by (namespace, name). `live`: pods name
+    capacities by (driver, pool, set), classes, templates and claims by (namespace, name); `own_gpus` the nodes'
+    own GPUs (device plugins), as with_devices finds them. `live`: pods name
     their template claims in their status (a cluster), rather than the claims being still to be made (manifests);
     `devices_key` changes whenever the devices or classes do (what capable-node caches key on)."""
 
@@ -100,6 +101,7 @@ class Inventory:
     templates: dict[tuple[str, str], ClaimSpec] = field(default_factory=dict)
     claims: dict[tuple[str, str], Claim] = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    own_gpus: dict[str, int] = field(default_factory=dict)  # node -> the nvidia.com/gpu it advertises itself
     live: bool = False
     devices_key: object = field(default_factory=object)
 

@@ -110,7 +110,8 @@ def restrict(terms: tuple[NodeTerm, ...], nodes: tuple[str, ...] | None) -> tupl
 
 
 def with_devices(node: Node, inv: Inventory) -> Node:
-    """The node with its DRA devices counted among its GPUs."""
+    """The node with its DRA devices counted among its GPUs; records its own GPUs in `inv.own_gpus`."""
+    inv.own_gpus[node.name] = node.capacity.gpus
     extra = model_gpus(inv, inv.devices.get(node.name, []))
     if not extra:
         return node

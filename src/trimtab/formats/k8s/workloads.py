@@ -21,6 +21,7 @@ from trimtab.formats.k8s.documents import (
     str_map,
 )
 from trimtab.formats.k8s.dra import Inventory
+from trimtab.formats.k8s.dra_extended import pod_devices
 from trimtab.formats.k8s.job_backoff import BACKOFF_LIMIT, pod_backoff
 from trimtab.formats.k8s.operators import job_gang_size, operator_gangs
 from trimtab.formats.k8s.pod_claims import pod_claims, restrict
@@ -292,7 +293,7 @@ class WorkloadReader:
         affinity = read_affinity(doc, spec.get("affinity"), f"{path}.affinity", labels, self.namespaces)
         claims = pod_claims(doc, spec, (doc.data.get("status") or {}) if self.inventory.live and path == "spec"
                             else None, path, self.inventory) if spec.get("resourceClaims") else None
-        devices = claims.gpus if claims else 0
+        devices, nodes = pod_devices(doc, spec, path, self.inventory, claims, int(req[0]))
         return _PodSpec(
             task=Resources(gpus=int(req[0]) + devices, cpu_milli=math.ceil(req[1] * 1000),
                            mem_mib=math.ceil(req[2] / 2**20)),
@@ -300,7 +301,7 @@ class WorkloadReader:
                              mem_mib=math.ceil(lim[2] / 2**20)),
             specified=specified,
             node_selector=str_map(doc, spec.get("nodeSelector"), f"{path}.nodeSelector"),
-            node_affinity=restrict(affinity.node_required, claims.nodes if claims else None),
+            node_affinity=restrict(affinity.node_required, nodes),
             node_preferences=affinity.node_preferred,
             labels=labels,
             pod_affinity=affinity.pods,
