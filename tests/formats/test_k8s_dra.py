@@ -147,6 +147,28 @@ def test_a_pod_of_a_template_asks_its_devices_on_the_nodes_that_can_give_them():
     assert job.node_affinity == ((("field:metadata.name", "In", ("node-a",)),),)
 
 
+def gpu_pod(name: str, gpus: int):
+    limits, annotations = {"nvidia.com/gpu": str(gpus)}, {"trimtab.io/duration": "60s"}
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "annotations": annotations},
+            "spec": {"containers": [{"name": "c", "image": "i", "resources": {"limits": limits}}]}}
+
+
+def test_gpu_pods_go_to_dra_nodes_only_through_a_class_naming_nvidia_gpu():
+    """node-a: 4 DRA GPUs only; node-c: 8 GPUs of its own. Without a class naming nvidia.com/gpu a pod asking it
+    may go to node-c only; with one, to node-a too, as its devices can give them."""
+    mapped = device_class()
+    mapped["spec"]["extendedResourceName"] = "nvidia.com/gpu"
+    for cls, allowed in ((device_class(), ("node-c",)), (mapped, ("node-a", "node-c"))):
+        job = read(cls, four_gpus("node-a"), node("node-a"), node("node-c", 8), gpu_pod("p", 2)).jobs[0]
+        assert job.task.gpus == 2
+        assert job.node_affinity == ((("field:metadata.name", "In", allowed),),)
+    implicit = read(device_class(), four_gpus("node-a"), node("node-a"), {
+        **gpu_pod("q", 0), "spec": {"containers": [{"name": "c", "image": "i", "resources": {
+            "limits": {f"deviceclass.resource.kubernetes.io/{DRIVER}": "3"}}}]}}).jobs[0]
+    assert implicit.task.gpus == 3  # the class's implicit name: devices the model counts as GPUs
+    assert implicit.node_affinity == ((("field:metadata.name", "In", ("node-a",)),),)
+
+
 def test_a_shared_claim_already_allocated_pins_its_pods_to_its_node_and_asks_nothing_more():
     allocation = {"devices": {"results": [{"request": "gpus", "driver": DRIVER, "pool": "node-a",
                                            "device": "gpu-0"}]},
