@@ -51,18 +51,20 @@ def extended_claim(doc: Doc, spec: Mapping[str, Any], path: str, inv: Inventory,
     if not classes:
         return None
     init = list_field(doc, spec.get("initContainers"), f"{path}.initContainers")
-    containers = [(i, c) for i, c in enumerate(init) if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
-    containers += [(len(init) + i, c) for i, c in enumerate(list_field(doc, spec.get("containers"),
-                                                                            f"{path}.containers"))]
+    containers = [(i, c, f"{path}.initContainers[{i}]") for i, c in enumerate(init)
+                  if isinstance(c, dict) and c.get("restartPolicy") == "Always"]
+    containers += [(len(init) + i, c, f"{path}.containers[{i}]")
+                   for i, c in enumerate(list_field(doc, spec.get("containers"), f"{path}.containers"))]
     requests: list[Request] = []
     mappings: list[tuple[str, str, str]] = []
     other = 0
-    for index, container in containers:
-        res = mapping(doc, mapping(doc, container, f"{path}.containers").get("resources"), "resources")
-        asked = {**mapping(doc, res.get("limits"), "limits"), **mapping(doc, res.get("requests"), "requests")}
+    for index, container, cpath in containers:
+        res = mapping(doc, mapping(doc, container, cpath).get("resources"), f"{cpath}.resources")
+        asked = {**mapping(doc, res.get("limits"), f"{cpath}.resources.limits"),
+                 **mapping(doc, res.get("requests"), f"{cpath}.resources.requests")}
         names = sorted(asked)
         for rname in sorted(r for r in asked if r in classes):
-            count = gpus(doc, asked[rname], f"{path}.containers[{index - len(init)}].resources.{rname}")
+            count = gpus(doc, asked[rname], f"{cpath}.resources.{rname}")
             if count == 0:
                 continue
             request = f"container-{index}-request-{names.index(rname)}"
