@@ -118,13 +118,31 @@ def test_a_gang_binds_whole_or_not_at_all() -> None:
 
 
 def test_a_gang_whose_bind_fails_midway_is_rolled_back() -> None:
+    """The members are bound at once: every one bound while w2's binding was refused is evicted."""
     api = FakeApi(refuse=("w2",))
     members = [gpu_pod(f"w{i}", 4, group="train") for i in range(4)]
     sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members, [pod_group("train", 4)])
     sched.cycle(1e9)
-    assert sorted(api.evicted) == ["default/w0", "default/w1"]
+    assert sorted(api.evicted) == ["default/w0", "default/w1", "default/w3"]
     assert sched.counters.gang_rollbacks == 1
     assert any(e[1] == "FailedScheduling" and "rolled back" in e[2] for e in api.events)
+
+
+def test_a_gangs_members_are_bound_at_once() -> None:
+    """Each binding waits until all four are in flight together (a barrier): bound one after another, none
+    would be."""
+    barrier = threading.Barrier(4, timeout=10)
+
+    class TogetherApi(FakeApi):
+        def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+            barrier.wait()
+            super().bind(namespace, name, uid, node)
+
+    api = TogetherApi()
+    members = [gpu_pod(f"w{i}", 4, group="train") for i in range(4)]
+    sched = scheduler(api, [gpu_node("n1", 8), gpu_node("n2", 8)], members, [pod_group("train", 4)])
+    sched.cycle(1e9)  # waits for its writes
+    assert len(api.bound) == 4 and sched.counters.gang_rollbacks == 0
 
 
 def test_the_rest_of_a_partly_bound_gang_counts_its_bound_members() -> None:

@@ -22,12 +22,11 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightkube import ApiError
-
 from trimtab.cluster import Allocation
 from trimtab.formats.k8s import Manifests
 from trimtab.formats.k8s.dra import Inventory
-from trimtab.kube.api import KINDS, KubeApi, Unanswered
+from trimtab.kube.api import KINDS, KubeApi
+from trimtab.kube.binder import GangBinder
 from trimtab.kube.books import LiveBooks
 from trimtab.kube.claims import ClaimKeeper, ClaimWrite
 from trimtab.kube.credit import CreditKeeper
@@ -111,6 +110,7 @@ class KubeScheduler(Actuator):
         # the writes queue, or its GPUs would look free and be given twice)
         self._assumed: dict[str, tuple[str, float]] = {}
         self._unanswered: set[str] = set()  # pods whose failed binding could not be read back (writer threads add)
+        self.binder = GangBinder(api, self.claims, self._record, self._unanswered)
         self._now_s = 0.0  # the current cycle's time
         self._reported: dict[str, str] = {}  # pod uid -> the Unschedulable message last written
         self._composed, self._composed_key = profile, ("", False, False)
@@ -396,40 +396,10 @@ class KubeScheduler(Actuator):
 
     def _bind_gang(self, pods: list[Obj], job: Job, nodes: list[str], reporting: list[Future[bool]],
                    writes: list[ClaimWrite]) -> bool:
-        """Write the gang's ResourceClaims (`writes`), then bind every pod of `job` to its node, in order, and
-        record their Scheduled Events; if one bind fails, evict those already bound and roll the claims back (the
-        gang is tried again once they are gone). True: all bound. Runs on a writer thread: API calls only. It
-        first waits for the `reporting` writes of an earlier cycle (a pod's Unschedulable condition written after
-        its binding would contradict it; they run on their own threads)."""
+        """`GangBinder.bind` on a writer thread, once the `reporting` writes of an earlier cycle are done (a pod's
+        Unschedulable condition written after its binding would contradict it; they run on their own threads)."""
         futures.wait(reporting)
-        try:
-            written = self.claims.write(writes)
-        except Exception as exc:  # a conflict (409) or a refusal: the gang goes back to the queue
-            log.info("job %s: writing its ResourceClaims failed (%r); back to the queue", job.id, exc)
-            return False
-        done: list[Obj] = []
-        for pod, node in zip(pods, nodes, strict=True):
-            meta = pod["metadata"]
-            try:
-                self.api.bind(meta["namespace"], meta["name"], meta["uid"], node)
-            except Exception as exc:  # refused (ApiError), or Unanswered: it may have landed
-                if isinstance(exc, Unanswered):
-                    self._unanswered.add(pod_key(pod))
-                self._roll_back(job, done, pod, exc)
-                self.claims.roll_back(writes, written)
-                return False
-            done.append(pod)
-        for pod, node in zip(pods, nodes, strict=True):
-            self._record(pod, "Scheduled", f"Successfully assigned {pod_key(pod)} to {node}")
-        return True
-
-    def _roll_back(self, job: Job, done: list[Obj], failed: Obj, exc: Exception) -> None:
-        cause = f"{exc.status.code}: {exc.status.message}" if isinstance(exc, ApiError) else repr(exc)
-        why = f"binding {pod_key(failed)} failed ({cause})"
-        log.warning("gang %s: %s; evicting the %d members bound", job.id, why, len(done))
-        for pod in done:
-            self._try(self.api.evict, pod["metadata"]["namespace"], pod["metadata"]["name"])
-            self._record(pod, "FailedScheduling", f"trimtab: gang {job.id} rolled back: {why}", True)
+        return self.binder.bind(pods, job, nodes, writes)
 
     def _restart_gang(self, gang: str, pods: list[dict[str, Any]]) -> None:
         """A gang that lost a member with its node: evict every member, so its controller recreates the gang
