@@ -14,9 +14,12 @@ Scenarios (one JSON line per measurement on stdout, the timeline table on stderr
               (as this script's watch sees both).
   dra         DRA claims from templates of 8, 2 and 1 devices on --dra-nodes nodes of 8 hand-published devices
               (kube_dra.py): seconds to bind them all, and whether each claim got devices of its pod's node.
+  backlog     --pods one-GPU pods created while no scheduler runs, then the scheduler starts: pods bound per second,
+              beside the API server's own ceiling for pods/binding writes (kube_backlog.py; `ceiling` is added to
+              --schedulers).
 
 Usage (from the project root; about 10 minutes at the defaults on 2 cores):
-    .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|dra|both]
+    .venv/bin/python benchmarks/kube_side_by_side.py [--scenario gangs|throughput|dra|backlog|both]
         [--nodes 250 --pods 2000] [--schedulers trimtab,kube-scheduler] [--policy reserve] [--gangs-as jobs]
 The issue's full size: --nodes 1000 --pods 10000 (8,000 GPUs: 8,000 pods bind, the rest wait)."""
 
@@ -44,6 +47,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "kube"))
 from kube_env import ROOT, KubeEnv, bin_dir, missing_binaries, run_trimtab_kube, stop_process
 
+import kube_backlog
 import kube_dra
 
 QPS, BURST = "1000", "2000"  # kube_env starts kube-scheduler with these; trimtab kube gets the same
@@ -260,8 +264,14 @@ def _run_gangs(args: argparse.Namespace, env: KubeEnv, watch: PodWatch, gang_pod
     for row in rows[::2]:
         print(f"{row[0]:>5} {row[1]:>7} {row[2]:>7} {row[3]:>6}", file=sys.stderr)
     waits = [watch.bound.get(n, end) - watch.created[n] for n in small if n in watch.created]
-    return {"bench": "kube_gangs", "gangs_as": args.gangs_as, "scheduler": scheduler, "gangs_completed": len(whole_at),
-            "half_bound_gangs_max": half_max, "small_pods_max_wait_s": round(max(waits), 1),
+    partly = []  # how long each gang was partly bound: its first member's binding to its last's (or the end)
+    for g, names in gang_pods().items():
+        times = [watch.bound[n] for n in names if n in watch.bound]
+        if times:
+            partly.append((max(times) if g in whole_at else end) - min(times))
+    return {"bench": "kube_gangs", "gangs_as": args.gangs_as, "scheduler": scheduler,
+            "gangs_completed": len(whole_at), "half_bound_gangs_max": half_max,
+            "partly_bound_max_s": round(max(partly, default=0.0), 3), "small_pods_max_wait_s": round(max(waits), 1),
             "small_pods_bound": sum(1 for n in small if n in watch.bound), "small_pods": len(small),
             "horizon_s": args.gang_horizon_s}
 
@@ -300,7 +310,7 @@ def throughput(args: argparse.Namespace, scheduler: str, workdir: Path) -> dict[
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scenario", choices=("gangs", "throughput", "dra", "both"), default="both")
+    parser.add_argument("--scenario", choices=("gangs", "throughput", "dra", "backlog", "both"), default="both")
     parser.add_argument("--schedulers", default="trimtab,kube-scheduler")
     parser.add_argument("--policy", default="reserve",
                         help="trimtab kube's --policy (reserve: a blocked gang reserves its GPUs; without a "
@@ -321,12 +331,16 @@ def main() -> None:
     if missing_binaries():
         sys.exit(f"missing {', '.join(missing_binaries())} in {bin_dir()}: build them with `make kube-env`")
     scenarios = ("gangs", "throughput") if args.scenario == "both" else (args.scenario,)
+    if args.scenario == "backlog" and "ceiling" not in args.schedulers.split(","):
+        args.schedulers += ",ceiling"  # the API server's own rate, in the same run
     with tempfile.TemporaryDirectory(prefix="kube-side-by-side-") as tmp:
         for scenario in scenarios:
             for scheduler in args.schedulers.split(","):
                 workdir = Path(tmp) / f"{scenario}-{scheduler}"
                 if scenario == "dra":
                     result = kube_dra.dra(args, scheduler, workdir, sys.modules[__name__])
+                elif scenario == "backlog":
+                    result = kube_backlog.backlog(args, scheduler, workdir, sys.modules[__name__])
                 else:
                     result = (gangs if scenario == "gangs" else throughput)(args, scheduler, workdir)
                 print(json.dumps(result), flush=True)

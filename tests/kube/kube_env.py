@@ -231,11 +231,16 @@ class KubeEnv:
             "--manage-nodes-with-annotation-selector", "kwok.x-k8s.io/node=fake",
             "--server-address", f"127.0.0.1:{free_port()}"])
         if self.with_scheduler:
-            self._spawn("kube-scheduler", [
-                "--kubeconfig", str(self.kubeconfig), "--bind-address", "127.0.0.1", "--secure-port", "0",
-                "--leader-elect=false", "--kube-api-qps", "1000", "--kube-api-burst", "2000"])
+            self.start_kube_scheduler()
         self._write_pids()
         return self
+
+    def start_kube_scheduler(self) -> None:
+        """Start kube-scheduler (stock, no leader election, the same client limits as trimtab is given)."""
+        self._spawn("kube-scheduler", [
+            "--kubeconfig", str(self.kubeconfig), "--bind-address", "127.0.0.1", "--secure-port", "0",
+            "--leader-elect=false", "--kube-api-qps", "1000", "--kube-api-burst", "2000"])
+        self._write_pids()
 
     def _gates(self) -> list[str]:
         return ["--feature-gates", ",".join(f"{gate}=true" for gate in self.feature_gates)] if self.feature_gates \
