@@ -265,8 +265,11 @@ def _policy_warnings(profile: Profile, manifests: Manifests) -> list[str]:
         if not shares and "drf" not in order:
             out.append(f"{where}, field spec.weight: ignored, {name} shares no GPUs by queue (no quota admission, "
                        "no drf order)")
-        if q.capability_gpus is not None and not shares:
-            out.append(f"{where}, field spec.capability: ignored, {name} does not admit by queue (no quota admission)")
+        for value, field in ((q.capability_gpus, "capability"), (q.deserved_gpus, "deserved"),
+                             (q.guarantee_gpus or None, "guarantee")):
+            if value is not None and not shares:
+                out.append(f"{where}, field spec.{field}: ignored, {name} does not admit by queue (no quota "
+                           "admission)")
         if shares and q.reclaimable and "quota" not in preempt:
             out.append(f"{where}, field spec.reclaimable: ignored, {name} lends idle GPUs but never reclaims them "
                        "(no quota preemption)")

@@ -247,6 +247,26 @@ spec: {gpus: 8, owner: {namespace: team-a}, start: 1h, end: 3h}
     assert m.profile_args()["drf"] == {"weights": {"research": 3}}
 
 
+def test_queue_deserved_and_guarantee_are_read_and_a_parent_is_warned_about():
+    m = load("""
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: team-a}
+spec: {weight: 2, deserved: {nvidia.com/gpu: 6}, guarantee: {resource: {nvidia.com/gpu: 2}}, parent: org}
+""")
+    (queue,) = m.queues
+    assert (queue.deserved_gpus, queue.guarantee_gpus) == (6, 2)
+    assert any("spec.parent" in w and "hierarchical" in w for w in m.warnings)
+    assert m.profile_args()["drf"] == {"weights": {"team-a": 2}, "deserved": {"team-a": 6}}
+    with pytest.raises(FormatError, match=r"spec.guarantee"):
+        load("""
+apiVersion: scheduling.volcano.sh/v1beta1
+kind: Queue
+metadata: {name: q}
+spec: {guarantee: 4}
+""")
+
+
 # ------------------------------------------------------------------------------------------------ affinity
 
 ANTI = ("affinity: {podAntiAffinity: {requiredDuringSchedulingIgnoredDuringExecution: "

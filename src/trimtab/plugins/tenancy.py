@@ -1,8 +1,8 @@
 """Tenancy plugins: who may use how much of the cluster, and in what order tenants are served.
 
-quota (ResourceQuota hard limits per namespace, Volcano queue capability, deserved shares with borrowing and
-reclaim), drf (weighted dominant-resource fair share with decayed usage), reservation (operators' windows) and
-delay (wait a bounded time for a gang's placement on one node or rack)."""
+quota (ResourceQuota hard limits per namespace, Volcano queue capability, guarantee and deserved shares with
+borrowing and reclaim), drf (weighted dominant-resource fair share with decayed usage), reservation (operators'
+windows) and delay (wait a bounded time for a gang's placement on one node or rack)."""
 
 from __future__ import annotations
 
@@ -32,8 +32,10 @@ class Quota(Plugin):
     of a ResourceQuota there (pods, requests.cpu/memory, limits.cpu/memory, requests.nvidia.com/gpu), or its
     queue over its capability. Each queue deserves a share of the healthy GPUs by weight among the queues that have
     known: the queues listed, and with `tenant_queues` every namespace (a queue of weight 1 once a job of it is
-    seen). This is the queue's nominal share; with `borrowing` a queue may run beyond it on idle GPUs, without it
-    it waits.
+    seen), or the GPUs its Queue's `deserved` says, and at least its `guarantee`. This is the queue's nominal
+    share; with `borrowing` a queue may run beyond it on idle GPUs, without it it waits. The GPUs guaranteed to
+    other queues are never lent (Volcano's capacity plugin: a queue's real capability is the cluster less the
+    others' guarantees).
 
     preempt (reclaim): a job whose queue stays within its deserved share after it starts may stop jobs of queues
     that run beyond theirs (reclaimable queues only), newest first, never taking a lender below its share: the
@@ -62,6 +64,11 @@ class Quota(Plugin):
         self.capability: dict[str, int] = {str(q["name"]): int(q["capability_gpus"]) for q in queues
                                            if q.get("capability_gpus") is not None}
         self.reclaimable: dict[str, bool] = {str(q["name"]): bool(q.get("reclaimable", True)) for q in queues}
+        self.deserved_spec: dict[str, int] = {str(q["name"]): int(q["deserved_gpus"]) for q in queues
+                                              if q.get("deserved_gpus") is not None}
+        self.guarantee: dict[str, int] = {str(q["name"]): int(q["guarantee_gpus"]) for q in queues
+                                          if q.get("guarantee_gpus")}
+        self._healthy_gpus = 0
         self.borrowing = borrowing
         self.tenant_queues = tenant_queues
         self.tenant_gpus = tenant_gpus
@@ -84,9 +91,17 @@ class Quota(Plugin):
         self._share_out(ctx)
 
     def _share_out(self, ctx: CycleContext) -> None:
-        total_w = sum(self.weight.values())
-        healthy_gpus = int(ctx.cluster.cap_gpus[ctx.cluster.healthy].sum())
-        self.deserved = {q: healthy_gpus * w / total_w for q, w in self.weight.items()} if total_w else {}
+        """Each queue's deserved GPUs: its `deserved` where the Queue says, else its weight's share of the healthy
+        GPUs the explicit ones leave; at least its guarantee."""
+        healthy_gpus = self._healthy_gpus = int(ctx.cluster.cap_gpus[ctx.cluster.healthy].sum())
+        by_weight = {q: w for q, w in self.weight.items() if q not in self.deserved_spec}
+        total_w = sum(by_weight.values())
+        left = max(healthy_gpus - sum(self.deserved_spec.values()), 0)
+        self.deserved = {q: left * w / total_w for q, w in by_weight.items()} if total_w else {}
+        self.deserved.update({q: float(d) for q, d in self.deserved_spec.items() if q in self.weight})
+        for q, g in self.guarantee.items():
+            if q in self.deserved:
+                self.deserved[q] = max(self.deserved[q], float(g))
 
     def admit(self, job: Job, ctx: CycleContext) -> Status:
         if self.tenant_queues and _queue_of(job) not in self.weight:
@@ -129,6 +144,12 @@ class Quota(Plugin):
                               f"{name}'s {dim} to {would}")
         queue = _queue_of(job)
         used = int(ctx.usage.queue(queue)[1])
+        reserved = sum(self.guarantee.values()) - self.guarantee.get(queue, 0)  # others' guarantees: never lent
+        if reserved and used + job.gpus > self._healthy_gpus - reserved:
+            short = used + job.gpus + reserved - self._healthy_gpus
+            return Status(Code.WAIT, f"quota: queue {queue} holds {used} GPUs; {reserved} of the cluster's "
+                          f"{self._healthy_gpus} are guaranteed to other queues", self.name, Cause.QUOTA,
+                          f"starts when queue {queue}'s running jobs free {short} GPUs")
         cap = self.capability.get(queue)
         if cap is not None and used + job.gpus > cap:
             return Status(Code.WAIT, f"quota: queue {queue} holds {used} of its capability of {cap} GPUs", self.name,
@@ -196,14 +217,17 @@ class Drf(Plugin):
     Slurm's fair-share), the current share breaking ties, so a group that used much recently waits behind one that
     did not. Keys change as usage does: the queue is ordered again each cycle, and a queue's key is asked again
     after each start or stop of one of its jobs within a cycle, so queues that ask at once share the GPUs by weight
-    (Volcano's allocate action orders the queues again after each job it places)."""
+    (Volcano's allocate action orders the queues again after each job it places). Queues given `deserved` GPUs
+    weigh that share of the cluster."""
 
     static_order: ClassVar[bool] = False
     dynamic_running_key: ClassVar[bool] = True
     needs_usage: ClassVar[bool] = True
 
-    def __init__(self, weights: Mapping[str, float] | None = None, half_life_s: float = 0.0) -> None:
+    def __init__(self, weights: Mapping[str, float] | None = None, half_life_s: float = 0.0,
+                 deserved: Mapping[str, int] | None = None) -> None:
         self.weights = {str(k): float(v) for k, v in (weights or {}).items()}
+        self.deserved = {str(k): int(v) for k, v in (deserved or {}).items() if int(v) > 0}
         if any(w <= 0 for w in self.weights.values()):
             raise ValueError("drf weights must be positive")
         if half_life_s < 0:
@@ -234,9 +258,20 @@ class Drf(Plugin):
     def key_group(self, job: Job) -> str:
         return _queue_of(job)
 
+    def _weight(self, queue: str) -> float:
+        """The queue's weight; with deserved GPUs given (Volcano's capacity plugin, whose queue order is allocated /
+        deserved), its share of the cluster: deserved / GPUs, and the others share what those leave by weight."""
+        if not self.deserved:
+            return self.weights.get(queue, 1.0)
+        if queue in self.deserved:
+            return self.deserved[queue] / self._cap[0]
+        left = max(1.0 - sum(self.deserved.values()) / self._cap[0], 1e-9)
+        others = sum(w for q, w in self.weights.items() if q not in self.deserved) or 1.0
+        return left * self.weights.get(queue, 1.0) / others
+
     def order_key(self, job: Job, ctx: CycleContext) -> tuple[float, float]:
         queue = _queue_of(job)
-        w = self.weights.get(queue, 1.0)
+        w = self._weight(queue)
         used, cap = ctx.usage.queue(queue), self._cap  # now: jobs started in this cycle count
         share = max(float(used[1]) / cap[0], float(used[2]) / cap[1], float(used[3]) / cap[2]) / w
         if self.half_life_s > 0:

@@ -46,17 +46,22 @@ class Quota:
 
 @dataclass(frozen=True, slots=True)
 class QueueSpec:
-    """A Volcano Queue: its share weight, a hard cap (`capability_gpus`, None: none) and whether jobs it runs on
-    borrowed capacity may be reclaimed."""
+    """A Volcano Queue (scheduling.volcano.sh/v1beta1): its share weight, a hard cap (`capability_gpus`, None:
+    none), the GPUs it deserves (`deserved_gpus`, lent while idle and reclaimed; None: its share by weight), the
+    GPUs reserved for it (`guarantee_gpus`, never lent) and whether jobs it runs on borrowed capacity may be
+    reclaimed."""
 
     name: str
     weight: int = 1
     capability_gpus: int | None = None
     reclaimable: bool = True
+    deserved_gpus: int | None = None
+    guarantee_gpus: int = 0
 
     def as_args(self) -> dict[str, Any]:
         return {"name": self.name, "weight": self.weight, "capability_gpus": self.capability_gpus,
-                "reclaimable": self.reclaimable}
+                "reclaimable": self.reclaimable, "deserved_gpus": self.deserved_gpus,
+                "guarantee_gpus": self.guarantee_gpus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,17 +135,33 @@ def read_quota(doc: Doc) -> Quota | None:
 
 
 def read_queue(doc: Doc) -> QueueSpec:
+    """A Volcano Queue's GPU fields (`nvidia.com/gpu` of `capability`, `deserved` and `guarantee.resource`).
+    A `parent` is warned about and ignored: hierarchical queues are not modelled."""
     spec = doc.data.get("spec") or {}
-    doc.check_keys(spec, "spec", ("weight", "capability", "reclaimable", "deserved", "guarantee", "parent"))
+    doc.check_keys(spec, "spec", ("weight", "capability", "reclaimable", "deserved", "guarantee", "parent",
+                                  "priority", "type", "affinity", "extendClusters"))
     weight = int_field(doc, spec.get("weight", 1), "spec.weight", 1)
-    cap = spec.get("capability") or {}
-    if not isinstance(cap, dict):
-        raise doc.error("spec.capability", "must be a mapping of resource names to quantities")
-    capability = gpus(doc, cap[GPU], f"spec.capability.{GPU}") if GPU in cap else None
+    guarantee = spec.get("guarantee") or {}
+    if not isinstance(guarantee, dict):
+        raise doc.error("spec.guarantee", "must be a mapping with a resource list under `resource`")
+    capability, deserved, reserved = (_queue_gpus(doc, value, path) for value, path in (
+        (spec.get("capability"), "spec.capability"), (spec.get("deserved"), "spec.deserved"),
+        (guarantee.get("resource"), "spec.guarantee.resource")))
     reclaimable = spec.get("reclaimable", True)
     if not isinstance(reclaimable, bool):
         raise doc.error("spec.reclaimable", f"expected true or false, got {reclaimable!r}")
-    return QueueSpec(doc.name, weight, capability, reclaimable)
+    if spec.get("parent") not in (None, "", "root"):
+        doc.warn("spec.parent", "ignored: trimtab does not model hierarchical queues; this queue shares the "
+                 "cluster with every other queue")
+    return QueueSpec(doc.name, weight, capability, reclaimable, deserved, reserved or 0)
+
+
+def _queue_gpus(doc: Doc, value: Any, path: str) -> int | None:
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise doc.error(path, "must be a mapping of resource names to quantities")
+    return gpus(doc, value[GPU], f"{path}.{GPU}") if GPU in value else None
 
 
 def read_reservation(doc: Doc) -> ReservationSpec:

@@ -61,8 +61,11 @@ class Manifests:
         """Plugin arguments by plugin name, to merge into a Profile's `args`."""
         quotas = [q.as_args() for q in self.quotas]
         queues = [q.as_args() for q in self.queues]
+        deserved = {q.name: max(q.deserved_gpus or 0, q.guarantee_gpus) for q in self.queues
+                    if q.deserved_gpus or q.guarantee_gpus}
         return {"quota": {"quotas": quotas, "queues": queues},
-                "drf": {"weights": {q.name: q.weight for q in self.queues}},
+                "drf": {"weights": {q.name: q.weight for q in self.queues}, **({"deserved": deserved} if deserved
+                                                                                 else {})},
                 "reservation": {"reservations": [r.as_args() for r in self.reservations]}}
 
 
