@@ -285,7 +285,7 @@ class KubeEnv:
         base = f"/api/{api}" if "/" not in api else f"/apis/{api}"
         ns = obj.get("metadata", {}).get("namespace")
         cluster_scoped = kind in ("Node", "Namespace", "PriorityClass", "CustomResourceDefinition", "DeviceClass",
-                                  "ResourceSlice")
+                                  "ResourceSlice", "Queue")
         if not cluster_scoped:
             ns = ns or "default"
             return self.request("POST", f"{base}/namespaces/{ns}/{plural}", obj)

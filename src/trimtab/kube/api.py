@@ -16,7 +16,7 @@ from typing import Any
 
 from lightkube import ALL_NS, Client, KubeConfig
 from lightkube.core.resource import Resource
-from lightkube.generic_resource import create_namespaced_resource
+from lightkube.generic_resource import create_global_resource, create_namespaced_resource
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Node, Pod, ResourceQuota
@@ -52,6 +52,8 @@ KINDS: dict[str, Kind] = {k.name: k for k in (
     Kind("volcanopodgroups", create_namespaced_resource("scheduling.volcano.sh", "v1beta1", "PodGroup",
                                                         "podgroups"),
          "scheduling.volcano.sh/v1beta1", "PodGroup", True),
+    Kind("volcanoqueues", create_global_resource("scheduling.volcano.sh", "v1beta1", "Queue", "queues"),
+         "scheduling.volcano.sh/v1beta1", "Queue", False),
     Kind("jobsets", create_namespaced_resource("jobset.x-k8s.io", "v1alpha2", "JobSet", "jobsets"),
          "jobset.x-k8s.io/v1alpha2", "JobSet", True),
     Kind("pytorchjobs", create_namespaced_resource("kubeflow.org", "v1", "PyTorchJob", "pytorchjobs"),

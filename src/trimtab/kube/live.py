@@ -197,7 +197,8 @@ class KubeScheduler(Actuator):
         snap = self.reader.read(items["nodes"], items["pods"], items["podgroups"] + items["volcanopodgroups"],
                                 items["priorityclasses"], items["namespaces"], items["resourcequotas"],
                                 {k: node for k, (node, _) in self._assumed.items()}, now_s,
-                                [o for kind in OWNER_INFORMERS for o in items[kind]], self._inventory)
+                                [o for kind in OWNER_INFORMERS for o in items[kind]], self._inventory,
+                                items["volcanoqueues"])
         self._forget_reports(snap)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started
@@ -314,14 +315,16 @@ class KubeScheduler(Actuator):
 
     def _profile_for(self, snap: Snapshot) -> Profile:
         """The profile with the cluster's policy objects composed onto it, as `simulate --manifests` composes
-        them (quotas as admission, the min-member rule of gangs with followers, PreferNoSchedule taints scored);
-        composed again only when what it depends on changes (a new profile rebuilds the Scheduler, so the
-        min-member rule, once needed, stays: it holds nothing back when no gang has followers)."""
+        them (quotas and Volcano Queues as admission, the min-member rule of gangs with followers,
+        PreferNoSchedule taints scored); composed again only when what it depends on changes (a new profile
+        rebuilds the Scheduler, so the min-member rule, once needed, stays: it holds nothing back when no gang has
+        followers)."""
         followers = self._composed_key[1] or any(job.after for job in snap.pending)
-        key = (repr([q.as_args() for q in snap.quotas]), followers,
+        key = (repr([q.as_args() for q in snap.quotas] + [q.as_args() for q in snap.queues]), followers,
                any(t.effect == "PreferNoSchedule" for node in snap.nodes for t in node.taints))
         if key != self._composed_key:
-            manifests = Manifests(nodes=snap.nodes, jobs=snap.pending, quotas=snap.quotas, launches=snap.launches)
+            manifests = Manifests(nodes=snap.nodes, jobs=snap.pending, quotas=snap.quotas, queues=snap.queues,
+                                  launches=snap.launches)
             self._composed, warnings = profile_for_manifests(self.profile, manifests)
             if followers and "min-member" not in self._composed.enabled("admit"):
                 self._composed = self._composed.with_admission("min-member", {})

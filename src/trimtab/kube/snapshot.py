@@ -18,10 +18,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trimtab.formats import FormatError
-from trimtab.formats.k8s import Launch, Manifests, PriorityClass, Quota, read_documents
+from trimtab.formats.k8s import Launch, Manifests, PriorityClass, QueueSpec, Quota, read_documents
 from trimtab.formats.k8s.dra import Inventory
 from trimtab.formats.k8s.pod_claims import with_devices
-from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, VOLCANO_GROUP
+from trimtab.formats.k8s.workloads import COSCHED_GROUP, DURATION, QUEUE, VOLCANO_GROUP
 from trimtab.kube.claims import claims_state, holding_devices
 from trimtab.kube.owners import owner_groups, owner_names, owner_sizes
 from trimtab.model import Job, Node, Resources
@@ -50,6 +50,7 @@ class Snapshot:
     pods_of: dict[str, list[Obj]] = field(default_factory=dict)
     unreadable: list[tuple[Obj, str]] = field(default_factory=list)
     quotas: list[Quota] = field(default_factory=list)
+    queues: list[QueueSpec] = field(default_factory=list)  # the cluster's Volcano Queues
     launches: dict[str, Launch] = field(default_factory=dict)  # the reader's, by job id (for profile warnings)
     # PodGroups of this scheduler with a member lost with its node (`member_lost`): every live member, to restart
     # whole
@@ -162,14 +163,16 @@ class SnapshotReader:
         # the same of Ready nodes, by what the reader reads of them (a node's heartbeats change its version only)
         self._node_reads: dict[str, Node | None] = {}
         self._inventory = Inventory(live=True)  # the DRA objects of the snapshot being read
+        self._group_queues: dict[tuple[str, str], str] = {}  # PodGroup (namespace, name) -> its spec.queue
 
     def read(self, nodes: Iterable[Obj], pods: Iterable[Obj], groups: Iterable[Obj], classes: Iterable[Obj],
              namespaces: Iterable[Obj], quotas: Iterable[Obj], assumed: Mapping[str, str], now_s: float,
-             owners: Iterable[Obj] = (), inventory: Inventory | None = None) -> Snapshot:
+             owners: Iterable[Obj] = (), inventory: Inventory | None = None, queues: Iterable[Obj] = ()) -> Snapshot:
         """`assumed`: pod key -> node for pods this scheduler bound that the informer has not shown bound yet;
         `now_s` (epoch seconds) decides which gang members the taints of their nodes have evicted by now;
         `owners` the batch/v1 Jobs and upstream PodGroups, whose pods form a gang each (owners.py; a PodGroup of
-        `groups` of the same name is that gang); `inventory` the cluster's DRA objects (kube/claims.py)."""
+        `groups` of the same name is that gang); `inventory` the cluster's DRA objects (kube/claims.py); `queues`
+        its Volcano Queues."""
         out = Snapshot()
         self._inventory = inventory if inventory is not None else Inventory(live=True)
         owners = list(owners)
@@ -184,6 +187,13 @@ class SnapshotReader:
                 out.quotas += read_documents([(f"ResourceQuota {pod_key(doc)}", doc)]).quotas
             except FormatError:
                 continue  # a quota on resources trimtab does not model holds nothing it schedules
+        for doc in queues:
+            try:
+                out.queues += read_documents([(f"Queue {doc['metadata']['name']}", doc)]).queues
+            except FormatError:
+                continue  # the API server took it; a field trimtab cannot read: its jobs share as if it had none
+        self._group_queues = {(g["metadata"]["namespace"], g["metadata"]["name"]): str(q) for g in groups
+                              if (q := (g.get("spec") or {}).get("queue"))}
         node_cache, self._node_reads = self._node_reads, {}
         nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
         for doc in nodes:
@@ -298,9 +308,16 @@ class SnapshotReader:
                 task = dataclasses.replace(task, gpus=task.gpus + holding_devices(pod, self._inventory))
             priority = TERMINATING_PRIORITY if terminating else int(pod["spec"].get("priority") or 0)
             job = Job(f"bound:{uid}", 0.0, 1, task, tenant=pod["metadata"]["namespace"], priority=priority,
-                      duration_s=_stated_duration_s(pod))
+                      duration_s=_stated_duration_s(pod), queue=self._queue_of(pod))
             self._holding_jobs[uid] = job
         return job
+
+    def _queue_of(self, pod: Obj) -> str:
+        """A bound pod's Volcano Queue: its PodGroup's `spec.queue`, else its annotation; "" (its namespace)."""
+        meta = pod["metadata"]
+        group = pod_group(pod)
+        return (self._group_queues.get((meta["namespace"], group), "") if group else "") \
+            or str((meta.get("annotations") or {}).get(QUEUE, ""))
 
     def _holding_task(self, pod: Obj) -> Resources:
         """What a bound pod holds: the reader's task of its containers' requests, read once per distinct set of

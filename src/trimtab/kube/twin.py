@@ -69,7 +69,8 @@ def cluster_twin(objects: dict[str, list[Obj]], now_s: float, pod_duration_s: fl
                                      objects["podgroups"] + objects["volcanopodgroups"], objects["priorityclasses"],
                                      objects["namespaces"], objects["resourcequotas"], {}, now_s,
                                      [o for kind in OWNER_INFORMERS for o in objects.get(kind, [])],
-                                     live_inventory(*(objects.get(kind, []) for kind in DRA_INFORMERS)))
+                                     live_inventory(*(objects.get(kind, []) for kind in DRA_INFORMERS)),
+                                     objects.get("volcanoqueues", []))
     pods_by_uid = {pod["metadata"]["uid"]: pod for pod in objects["pods"]}
     jobs: list[Job] = []
     for job, node, start_s in snap.holding:
@@ -91,7 +92,8 @@ def cluster_twin(objects: dict[str, list[Obj]], now_s: float, pod_duration_s: fl
     for rank, job in enumerate(pending):
         duration_s = job.duration_s if job.duration_s is not None else pod_duration_s
         jobs.append(dataclasses.replace(job, submit_s=PENDING_AT_S + rank * _ARRIVAL_STEP_S, duration_s=duration_s))
-    manifests = Manifests(nodes=snap.nodes, jobs=jobs[running:], quotas=snap.quotas, launches=snap.launches)
+    manifests = Manifests(nodes=snap.nodes, jobs=jobs[running:], quotas=snap.quotas, queues=snap.queues,
+                          launches=snap.launches)
     return ClusterTwin(snap.nodes, jobs, running, {j: [pod_key(p) for p in pods] for j, pods in snap.pods_of.items()},
                        manifests, not_replayed)
 

@@ -34,6 +34,7 @@ SUBMIT = "trimtab.io/submit-time"
 GPU_RANGE = "trimtab.io/gpus"  # an elastic gang's GPU range, e.g. "2-8" (docs/elastic.md)
 VOLCANO_GROUP = "scheduling.k8s.io/group-name"  # pod annotation naming its Volcano PodGroup
 COSCHED_GROUP = "scheduling.x-k8s.io/pod-group"  # pod label naming its coscheduling PodGroup
+QUEUE = "scheduling.volcano.sh/queue-name"  # pod annotation naming its Volcano Queue (when its workload names none)
 GANG = "trimtab.io/gang"  # "false" on a Job or its pod template: its pods are scheduled one by one
 MAX_PODS = 100_000  # pods of one workload; more is refused before anything is built for them
 
@@ -321,8 +322,10 @@ class WorkloadReader:
         (identical tasks of the largest request, constrained like the first pod), and each pod beyond them as a
         one-pod Job named `namespace/` + its name in `names`, which follows the gang (`Job.after`: it starts only
         once the gang has started). `own` are the workload document's annotations (duration, submit time);
-        `backoff`, how its controller recreates evicted pods (None: they are queued again at once)."""
+        `backoff`, how its controller recreates evicted pods (None: they are queued again at once). A workload that
+        names no queue is in the one its first pod's `scheduling.volcano.sh/queue-name` annotation names."""
         own = own or {}
+        queue = queue or own.get(QUEUE, "") or (pods[0].run.annotations.get(QUEUE, "") if pods else "")
         duration = annotation_seconds(doc, own, DURATION)
         if duration is None:
             duration = max((p.duration_s for p in pods if p.duration_s is not None), default=None)
