@@ -66,3 +66,18 @@ def test_a_pod_joins_the_queue_its_annotation_names() -> None:
     pods = pods_of("lab", 4, annotations={"scheduling.volcano.sh/queue-name": "team-b"})
     api, _ = run([queue("team-b", capability=deserving(2))], pods, policy="quota-fifo")
     assert len(api.bound) == 2
+
+
+def test_each_queues_status_says_the_gpus_it_holds_written_only_when_it_changes() -> None:
+    writes: list[tuple[str, dict[str, str]]] = []
+    api = FakeApi()
+    api.set_queue_allocated = lambda name, allocated: writes.append((name, allocated))  # type: ignore[attr-defined]
+    bound = [gpu_pod(f"team-b-{i}", 1, namespace="team-b", node="n1") for i in range(3)]
+    sched = scheduler(api, [gpu_node("n1", 8)], bound, policy="drf")
+    queues = [queue("team-a"), queue("team-b")]
+    queues[0]["status"] = {"allocated": {"nvidia.com/gpu": "0"}}  # as written already: not written again
+    sched.informers["volcanoqueues"].load(queues)
+    sched.cycle(LATER_S)
+    sched.cycle(LATER_S + 1)
+    sched._reports.shutdown(wait=True)
+    assert writes == [("team-b", {"nvidia.com/gpu": "3"})]

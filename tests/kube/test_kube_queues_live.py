@@ -1,7 +1,7 @@
 """Volcano Queues on a real control plane (the Queue CRD installed, no Volcano): two queues that deserve 8 of the
 16 GPUs each, under `drf`. team-a is idle: team-b borrows all 16. team-a's pods come: within a cycle plus the
 evictions, team-b's borrowed pods (only those, 8 of them) are evicted through the Eviction API and team-a's bind.
-Both then want more: each holds its 8, and nothing more is evicted."""
+Both then want more: each holds its 8, and nothing more is evicted; each Queue's status.allocated says 8."""
 
 from __future__ import annotations
 
@@ -80,3 +80,9 @@ def test_borrow_then_reclaim_then_each_holds_what_it_deserves(env: KubeEnv) -> N
     time.sleep(5)  # both want more: each holds its deserved 8, no one is evicted
     assert held(env) == {"team-a": 8, "team-b": 8}
     assert count_pods(env, "team-b") == 12
+    deadline = time.monotonic() + 30
+    while (allocated := {team: ((env.request("GET", f"/apis/scheduling.volcano.sh/v1beta1/queues/{team}")
+                                 .get("status") or {}).get("allocated") or {}).get("nvidia.com/gpu")
+                         for team in ("team-a", "team-b")}) != {"team-a": "8", "team-b": "8"}:
+        assert time.monotonic() < deadline, allocated  # each Queue's status says what it holds
+        time.sleep(0.5)

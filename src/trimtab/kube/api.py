@@ -296,6 +296,13 @@ class KubeApi:
             "resourceClaimName": claim_name,
             "requestMappings": [{"containerName": c, "resourceName": r, "requestName": q} for c, r, q in mappings]}})
 
+    def set_queue_allocated(self, name: str, allocated: dict[str, str]) -> None:
+        """Merge `allocated` into a Volcano Queue's `status.allocated`."""
+        self.limit.take()
+        self._fenced()
+        self.wire.send("PATCH", f"/apis/scheduling.volcano.sh/v1beta1/queues/{name}/status{self._manager}",
+                       {"status": {"allocated": allocated}}, "application/merge-patch+json")
+
     def evict(self, namespace: str, name: str) -> None:
         """Evict through the Eviction API, so PodDisruptionBudgets hold (429 when one refuses)."""
         self.limit.take()

@@ -34,6 +34,7 @@ from trimtab.kube.events import EventRecorder
 from trimtab.kube.informer import Informer
 from trimtab.kube.leader import LeaderElector
 from trimtab.kube.owners import OWNER_INFORMERS
+from trimtab.kube.queue_status import QueueStatus
 from trimtab.kube.snapshot import Snapshot, SnapshotReader, pod_key
 from trimtab.model import Job, JobState
 from trimtab.profile import Profile, profile_for_manifests
@@ -123,6 +124,7 @@ class KubeScheduler(Actuator):
         # the jobs' credit kept in ConfigMap credit_at (namespace, name), for the next leader (kube/credit.py)
         self.credit = CreditKeeper(api, *credit_at, self._reports) if credit_at is not None else None
         self.events = EventRecorder(api.record_event)
+        self.queue_status = QueueStatus(api, self._reports)  # each Volcano Queue's status.allocated
         self._inflight: list[tuple[Future[bool], Callable[[bool, CycleReport], None]]] = []  # see `_settle`
         self._reporting: dict[str, Future[bool]] = {}  # pod uid -> its Unschedulable write in flight
         self._last_cycle_s = batch_s  # how long the loop waits for a burst (`_loop`)
@@ -200,6 +202,7 @@ class KubeScheduler(Actuator):
                                 [o for kind in OWNER_INFORMERS for o in items[kind]], self._inventory,
                                 items["volcanoqueues"])
         self._forget_reports(snap)
+        self.queue_status.update(items["volcanoqueues"], snap.holding)
         report.gpus_total = {n.name: n.capacity.gpus for n in snap.nodes}
         report.read_s = time.perf_counter() - started
         for job, node, _ in snap.holding:
