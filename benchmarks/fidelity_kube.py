@@ -25,7 +25,7 @@ from trimtab.formats.k8s.workloads import COSCHED_GROUP, SUBMIT
 from trimtab.units import parse_duration_s
 
 CLUSTER_KINDS = ("Namespace", "PriorityClass", "ResourceQuota", "Node", "DeviceClass", "ResourceSlice",
-                 "ResourceClaimTemplate")
+                 "ResourceClaimTemplate", "Queue")
 WORKLOAD_KINDS = ("PodGroup", "Pod", "Job")
 POLL_S = 0.1
 GANG_ROUND_S = 2.0
@@ -137,11 +137,16 @@ def _pods_of(doc: dict[str, Any]) -> int:
 
 
 def _set_up(env: KubeEnv, docs: list[dict[str, Any]], crds: bool) -> None:
-    """The PodGroup CRDs (where the workload has PodGroups), then the cluster's objects, nodes as KWOK's."""
+    """The PodGroup CRDs (where the workload has PodGroups), the Queue CRD (where it has Queues), then the
+    cluster's objects, nodes as KWOK's."""
     if crds:
         for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/podgroup-crds.yaml").read_text()):
             env.apply(crd)
         env.wait_served("/apis/scheduling.x-k8s.io/v1alpha1/podgroups")
+    if any(d["kind"] == "Queue" for d in docs):
+        for crd in yaml.safe_load_all((ROOT / "deploy/kubernetes/volcano-queue-crd.yaml").read_text()):
+            env.apply(crd)
+        env.wait_served("/apis/scheduling.volcano.sh/v1beta1/queues")
     for doc in sorted((d for d in docs if d["kind"] in CLUSTER_KINDS), key=lambda d: CLUSTER_KINDS.index(d["kind"])):
         if doc["kind"] == "Node":
             doc = {**doc, "metadata": {**doc["metadata"], "annotations": {

@@ -3,10 +3,13 @@ submits. Two namespaces; two priority classes; bare Pods of 1-8 GPUs and PodGrou
 never a victim: an evicted bare Pod is gone), and batch/v1 Jobs of 2-3 pods as gangs (of either class: the Job
 controller recreates an evicted pod); 15-50 s each by default, submitted over `--span-s`. With `--dra`, the GPUs
 are DRA devices (a DeviceClass, one ResourceSlice of 8 per node, no nvidia.com/gpu) and each pod takes its GPUs
-through a claim from a ResourceClaimTemplate of its count.
+through a claim from a ResourceClaimTemplate of its count. With `--queues`, two Volcano Queues deserve 8 GPUs each
+and the jobs are batch/v1 Jobs of one class (queue_workload).
 
 Usage: .venv/bin/python benchmarks/fidelity_workloads.py --seed 1 --jobs 30 > benchmarks/fidelity/mixed-1.yaml
-       .venv/bin/python benchmarks/fidelity_workloads.py --seed 3 --jobs 30 --dra > benchmarks/fidelity/dra-1.yaml"""
+       .venv/bin/python benchmarks/fidelity_workloads.py --seed 3 --jobs 30 --dra > benchmarks/fidelity/dra-1.yaml
+       .venv/bin/python benchmarks/fidelity_workloads.py --seed 8 --jobs 30 --queues \
+           > benchmarks/fidelity/queues-1.yaml"""
 
 from __future__ import annotations
 
@@ -91,6 +94,31 @@ def workload(rng: np.random.Generator, jobs: int, span_s: float, durations_s: tu
     return docs
 
 
+def queues() -> list[dict[str, Any]]:
+    """Volcano Queues team-a and team-b, each deserving 8 GPUs (the namespaces are the queues)."""
+    return [{"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "Queue", "metadata": {"name": team},
+             "spec": {"weight": 1, "deserved": {"nvidia.com/gpu": "8"}}} for team in ("team-a", "team-b")]
+
+
+def queue_workload(rng: np.random.Generator, jobs: int, span_s: float, durations_s: tuple[int, int] = (15, 50)
+                   ) -> list[dict[str, Any]]:
+    """batch/v1 Jobs only (an evicted pod comes back), of one priority class, so that only a queue's reclaim
+    preempts: team-b's mostly in the first half of the span (it borrows), team-a's mostly in the second (it
+    reclaims)."""
+    docs: list[dict[str, Any]] = []
+    for i, submit in enumerate(np.sort(rng.uniform(0, span_s, jobs))):
+        early = submit < span_s / 2
+        ns = ("team-b" if early else "team-a") if rng.random() < 0.8 else ("team-a" if early else "team-b")
+        duration = f"{int(rng.integers(durations_s[0], durations_s[1] + 1))}s"
+        size, gpus = int(rng.integers(1, 4)), int(rng.choice([1, 2, 4]))
+        docs.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": {
+            "namespace": ns, "name": f"job-{i}", "annotations": {SUBMIT: f"{submit:.1f}s"}},
+            "spec": {"parallelism": size, "completions": size, "backoffLimit": 6,
+                     "template": {"metadata": {"annotations": {DURATION: duration}},
+                                  "spec": _pod_spec(gpus, "low")}}})
+    return docs
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--seed", type=int, default=1)
@@ -99,9 +127,13 @@ def main() -> None:
     parser.add_argument("--min-duration-s", type=int, default=15)
     parser.add_argument("--max-duration-s", type=int, default=50)
     parser.add_argument("--dra", action="store_true", help="GPUs as DRA devices, claimed from templates")
+    parser.add_argument("--queues", action="store_true", help="two Volcano Queues deserving 8 GPUs each; Jobs only")
     args = parser.parse_args()
-    docs = cluster(2, 8, args.dra) + workload(np.random.default_rng(args.seed), args.jobs, args.span_s,
-                                              (args.min_duration_s, args.max_duration_s), args.dra)
+    rng, durations = np.random.default_rng(args.seed), (args.min_duration_s, args.max_duration_s)
+    if args.queues:
+        docs = cluster(2, 8) + queues() + queue_workload(rng, args.jobs, args.span_s, durations)
+    else:
+        docs = cluster(2, 8, args.dra) + workload(rng, args.jobs, args.span_s, durations, args.dra)
     yaml.safe_dump_all(docs, sys.stdout, sort_keys=False)
 
 
