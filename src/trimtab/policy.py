@@ -277,6 +277,15 @@ class Plugin:
         """Once per cycle, before any other point: compute per-cycle state (drf's shares, a filter's cache)."""
         return None
 
+    def kept(self) -> dict[str, Any]:
+        """What it learned over the cycles that a Scheduler taking over should go on from (JSON-able; a live
+        world keeps it across a rebuild and a new leader): drf's decayed usage. Empty: nothing."""
+        return {}
+
+    def keep_on(self, kept: Mapping[str, Any]) -> None:
+        """Go on from what `kept` gave (of a plugin of the same name, an earlier Scheduler's)."""
+        return None
+
     def admit(self, job: Job, ctx: CycleContext) -> Status:
         """May a pending job start now, as far as this plugin is concerned? Called for every pending job the cycle
         reaches, by every `admit` plugin in profile order; the first non-success holds the job queued this cycle

@@ -343,3 +343,49 @@ def test_a_rebuild_within_a_term_keeps_the_credit() -> None:
     sched.cycle(LATER_S + 1)
     assert sched.books.rebuilds == 2
     assert sched.books.scheduler.prior_attained_gpu_s["default/train"] == pytest.approx(4 * 3600.0)
+
+
+def _drf(api: FakeApi) -> Any:
+    """A leader under drf with a 60 s half-life, keeping its credit in a ConfigMap: team-a holds 4 GPUs."""
+    from pathlib import Path
+
+    from trimtab.kube.live import KubeScheduler
+    from trimtab.profile import Profile
+
+    profile = Profile.load(Path(__file__).parents[2] / "benchmarks/fidelity/profiles/drf-decay.yaml")
+    sched = KubeScheduler(api, profile, credit_at=("kube-system", "trimtab-credit"))  # type: ignore[arg-type]
+    sched.informers["nodes"].load([gpu_node("n1", 8)])
+    sched.informers["pods"].load([gpu_pod("a0", 4, namespace="team-a", node="n1", scheduler="default-scheduler")])
+    return sched
+
+
+def _decayed(sched: Any) -> dict[str, float]:
+    (drf,) = [p for p in sched.books.scheduler.framework.plugins if p.name == "drf"]
+    return drf._decayed
+
+
+def test_drfs_decayed_usage_is_kept_across_a_rebuild_and_by_the_next_leader() -> None:
+    """Fair share with decay (drf `half_life_s`) learns team-a's usage over the cycles; a rebuild within the term
+    and the next leader (through the ConfigMap, key `plugins`) go on from it rather than from zero."""
+    import json
+
+    api = CreditApi()
+    old = _drf(api)
+    running = gpu_pod("a0", 4, namespace="team-a", node="n1", scheduler="default-scheduler")
+    for i, t in enumerate((0, 30, 60)):  # a pod arriving each time (too large to fit): each cycle runs the plugins
+        old.informers["pods"].load([running, *(gpu_pod(f"b{k}", 8, namespace="team-b") for k in range(i + 1))])
+        old.cycle(LATER_S + t)
+    learned = dict(_decayed(old))
+    assert learned.get("team-a", 0.0) > 0
+    old.informers["nodes"].load([gpu_node("n1", 8, labels={"trimtab.io/rack": "r2"})])
+    old.cycle(LATER_S + 61)
+    assert old.books.rebuilds == 2 and _decayed(old)["team-a"] >= learned["team-a"]
+    old.credit._due_s = 0.0  # the writes are paced by CREDIT_S of the wall clock; these cycles take milliseconds
+    old.informers["pods"].load([running, gpu_pod("b9", 8, namespace="team-b")])
+    old.cycle(LATER_S + 70)
+    old._reports.shutdown(wait=True)
+    written = json.loads(api.configs[("kube-system", "trimtab-credit", "credit.json")])
+    assert written["plugins"]["drf"]["decayed"]["team-a"] > 0
+    new = _drf(api)
+    new.cycle(LATER_S + 71)
+    assert _decayed(new)["team-a"] >= written["plugins"]["drf"]["decayed"]["team-a"] * 0.9

@@ -15,7 +15,7 @@ import logging
 import numpy as np
 
 from trimtab.cluster import Allocation, ClusterState
-from trimtab.kube.credit import Credit, credit_of
+from trimtab.kube.credit import Credit, Kept, credit_of, keep_plugins_on, plugins_kept
 from trimtab.kube.snapshot import Snapshot
 from trimtab.model import Job, JobState, Node
 from trimtab.profile import Profile
@@ -48,6 +48,7 @@ class LiveBooks:
         self.nominated: dict[str, tuple[list[str], float]] = {}
         self._orphans: dict[str, float] = {}  # held pending job -> since when its pods are gone
         self.carried: Credit = {}  # credit to give each job as it is submitted or adopted (a rebuild, a new term)
+        self.carried_plugins: Kept = {}  # what the plugins learned, for the next Scheduler (a rebuild, a new term)
         self.rebuilds = 0
 
     @property
@@ -59,7 +60,7 @@ class LiveBooks:
         """Forget everything (leadership lost: a new term rebuilds from the cluster)."""
         self.loop, self._profile, self._nodes, self._down = None, None, {}, set()
         self.job_of_pod, self.pods_of, self.evicting, self.nominated, self._orphans = {}, {}, {}, {}, {}
-        self.carried = {}
+        self.carried, self.carried_plugins = {}, {}
 
     def sync(self, snap: Snapshot, profile: Profile, now_s: float) -> WorldLoop:
         """Bring the Scheduler up to `snap` (its nodes, bound pods and pending jobs). Returns the loop to cycle."""
@@ -103,10 +104,12 @@ class LiveBooks:
                 self.scheduler.observations.node_failed(cluster.index[name], now_s, len(cluster))
 
     def _rebuild(self, nodes: list[Node], profile: Profile) -> None:
-        """A new Scheduler; the old one's credit (if any) carried into it."""
+        """A new Scheduler; the old one's credit and what its plugins learned (if any) carried into it."""
         if self.loop is not None:
             self.carried = {**self.carried, **credit_of(self.scheduler)}
+            self.carried_plugins = plugins_kept(self.scheduler) or self.carried_plugins
         self.loop = WorldLoop(Scheduler(ClusterState(nodes), profile), self.actuator, explains=True)
+        keep_plugins_on(self.scheduler, self.carried_plugins)
         self._profile, self._nodes, self._down = profile, {node.name: node for node in nodes}, set()
         self.pods_of, self.nominated, self.evicting, self._orphans = {}, {}, {}, {}
         self.rebuilds += 1

@@ -5,7 +5,8 @@ before its current run, or, pending, before it was preempted: what `las` and `st
 run time resumes from. Running pods give a new leader their start times, not this. The credit lives in one
 ConfigMap beside the Lease (`<scheduler-name>-credit` in the Lease's namespace, key `credit.json`), written by
 the leader when it changed, at most every CREDIT_S, through the same fence as every write; read once when a term
-begins. docs/kubernetes.md ("One Scheduler while leading") has the reasoning."""
+begins. Beside it, what the plugins learned (Plugin.kept: drf's decayed usage, key `plugins`).
+docs/kubernetes.md ("One Scheduler while leading") has the reasoning."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import json
 import logging
 import time
 from concurrent.futures import Executor
-from typing import Protocol
+from typing import Any, Protocol
 
 from trimtab.scheduler import Scheduler
 
@@ -22,6 +23,7 @@ log = logging.getLogger(__name__)
 CREDIT_S = 5.0  # the leader writes the credit at most this often
 KEY = "credit.json"
 Credit = dict[str, tuple[float, float]]  # job id -> (attained GPU-seconds, executed seconds) before its current run
+Kept = dict[str, dict[str, Any]]  # plugin name -> what it learned (Plugin.kept: drf's decayed usage)
 
 
 class CreditApi(Protocol):
@@ -41,6 +43,18 @@ def credit_of(scheduler: Scheduler) -> Credit:
     return credit
 
 
+def plugins_kept(scheduler: Scheduler) -> Kept:
+    """What each of the Scheduler's plugins learned (Plugin.kept), by plugin name; those with nothing left out."""
+    return {p.name: kept for p in scheduler.framework.plugins if (kept := p.kept())}
+
+
+def keep_plugins_on(scheduler: Scheduler, kept: Kept) -> None:
+    """Give each plugin of the Scheduler what a plugin of its name kept before (Plugin.keep_on)."""
+    for plugin in scheduler.framework.plugins:
+        if plugin.name in kept:
+            plugin.keep_on(kept[plugin.name])
+
+
 class CreditKeeper:
     """`load()` the credit the last leader wrote (empty when there is none or it cannot be read); `save(scheduler)`
     after a cycle, which writes on `pool` when the credit changed and CREDIT_S has passed since the last write."""
@@ -51,27 +65,31 @@ class CreditKeeper:
         self._due_s = 0.0
         self.writes = 0
 
-    def load(self) -> Credit:
+    def load(self) -> tuple[Credit, Kept]:
+        """The jobs' credit and what the plugins kept, as the last leader wrote them."""
         try:
             text = self.api.read_config(self.namespace, self.name, KEY)
         except Exception as exc:  # a new term must not wait on it: the credit starts from zero, as before
             log.warning("cannot read the credit from ConfigMap %s/%s: %s", self.namespace, self.name, exc)
-            return {}
+            return {}, {}
         self._written = text
         try:
-            jobs = json.loads(text)["jobs"] if text else {}
-            return {str(jid): (float(v[0]), float(v[1])) for jid, v in jobs.items()}
-        except (ValueError, KeyError, TypeError, IndexError) as exc:
+            data = json.loads(text) if text else {}
+            jobs, kept = data.get("jobs") or {}, data.get("plugins") or {}
+            return ({str(jid): (float(v[0]), float(v[1])) for jid, v in jobs.items()},
+                    {str(k): dict(v) for k, v in kept.items()})
+        except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
             log.warning("ConfigMap %s/%s: %s is not trimtab's credit (%s); starting from zero", self.namespace,
                         self.name, KEY, exc)
-            return {}
+            return {}, {}
 
     def save(self, scheduler: Scheduler) -> None:
         if time.monotonic() < self._due_s:
             return
         credit = credit_of(scheduler)
-        text = json.dumps({"version": 1, "jobs": {jid: list(v) for jid, v in sorted(credit.items())}},
-                          separators=(",", ":"))
+        text = json.dumps({"version": 1, "jobs": {jid: list(v) for jid, v in sorted(credit.items())},
+                           **({"plugins": kept} if (kept := plugins_kept(scheduler)) else {})},
+                          separators=(",", ":"), sort_keys=True)
         if text == self._written:
             return
         self._written, self._due_s = text, time.monotonic() + CREDIT_S

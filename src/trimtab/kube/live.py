@@ -237,7 +237,7 @@ class KubeScheduler(Actuator):
             report.unschedulable = len(snap.pending)
             return
         if self.books.loop is None and self.credit is not None:  # a term begins: go on from the last one's credit
-            self.books.carried = self.credit.load()
+            self.books.carried, self.books.carried_plugins = self.credit.load()
         loop = self.books.sync(snap, self._profile_for(snap), now_s)
         wrote = time.perf_counter()
         self._cycle = (snap, report)

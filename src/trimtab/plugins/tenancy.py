@@ -255,6 +255,18 @@ class Drf(Plugin):
                 self._decayed[q] = self._decayed.get(q, 0.0) * decay + previous.get(q, 0.0) * dt
         self._last_s = ctx.now_s
 
+    def kept(self) -> dict[str, Any]:
+        if self.half_life_s <= 0 or self._last_s is None:
+            return {}
+        return {"decayed": {q: round(v, 3) for q, v in self._decayed.items()}, "share": dict(self._share),
+                "last_s": self._last_s}
+
+    def keep_on(self, kept: Mapping[str, Any]) -> None:
+        if self.half_life_s > 0 and kept:
+            self._decayed = {str(q): float(v) for q, v in (kept.get("decayed") or {}).items()}
+            self._share = {str(q): float(v) for q, v in (kept.get("share") or {}).items()}
+            self._last_s = float(kept["last_s"]) if kept.get("last_s") is not None else None
+
     def key_group(self, job: Job) -> str:
         return _queue_of(job)
 
