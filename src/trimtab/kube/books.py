@@ -29,6 +29,7 @@ NOMINATED_S = 60.0  # a start waiting for its victims' pods to go gives up after
 HISTORY_JOBS = 2000  # completed jobs kept for the policies that learn from them (qssf's predicted run time)
 REST = "+rest"  # the id of a gang's pending members while others of it are bound: a job of its own
 Holding = tuple[Job, str, float]  # a bound pod: its one-pod Job, node name, start time (Snapshot.holding)
+BOUND = len("bound:")  # a bound pod's one-pod Job id is "bound:" and its uid
 
 
 class LiveBooks:
@@ -50,6 +51,7 @@ class LiveBooks:
         self.carried: Credit = {}  # credit to give each job as it is submitted or adopted (a rebuild, a new term)
         self.carried_plugins: Kept = {}  # what the plugins learned, for the next Scheduler (a rebuild, a new term)
         self.rebuilds = 0
+        self._rows_of: dict[str, list[Holding]] = {}  # the last sync's bound pods by job (`_sync_running`)
 
     @property
     def scheduler(self) -> Scheduler:
@@ -60,7 +62,7 @@ class LiveBooks:
         """Forget everything (leadership lost: a new term rebuilds from the cluster)."""
         self.loop, self._profile, self._nodes, self._down = None, None, {}, set()
         self.job_of_pod, self.pods_of, self.evicting, self.nominated, self._orphans = {}, {}, {}, {}, {}
-        self.carried, self.carried_plugins = {}, {}
+        self.carried, self.carried_plugins, self._rows_of = {}, {}, {}
 
     def sync(self, snap: Snapshot, profile: Profile, now_s: float) -> WorldLoop:
         """Bring the Scheduler up to `snap` (its nodes, bound pods and pending jobs). Returns the loop to cycle."""
@@ -119,8 +121,9 @@ class LiveBooks:
     def _expire(self, snap: Snapshot, now_s: float) -> None:
         """Victims' pods that are gone are no longer evicting; a start whose victims outstay NOMINATED_S goes back
         to the queue, and its victims' pods are booked again."""
-        bound = {job.id.removeprefix("bound:") for job, _, _ in snap.holding}
-        self.evicting = {uid: v for uid, v in self.evicting.items() if uid in bound}
+        if self.evicting:
+            bound = {job.id[BOUND:] for job, _, _ in snap.holding}
+            self.evicting = {uid: v for uid, v in self.evicting.items() if uid in bound}
         for job_id, (nodes, since) in list(self.nominated.items()):
             if now_s - since > NOMINATED_S:
                 log.warning("job %s: its victims are still on %s after %.0f s; back to the queue", job_id,
@@ -144,21 +147,29 @@ class LiveBooks:
         to come back)."""
         scheduler = self.scheduler
         groups: dict[str, list[Holding]] = {}
+        evicting, job_of_pod, owner_of = self.evicting, self.job_of_pod, snap.owner_of
         for held in snap.holding:
-            uid = held[0].id.removeprefix("bound:")
-            if uid not in self.evicting:
-                owner = self.job_of_pod.get(uid) or snap.owner_of.get(held[0].id) or held[0].id
-                groups.setdefault(owner, []).append(held)
+            job_id = held[0].id
+            uid = job_id[BOUND:]
+            if uid not in evicting:
+                owner = job_of_pod.get(uid) or owner_of.get(job_id) or job_id
+                group = groups.get(owner)
+                if group is None:
+                    groups[owner] = [held]
+                else:
+                    group.append(held)
         succeeded: dict[str, float] = {}  # job -> the longest run of its pods that Succeeded
         for job, run_s in snap.completed:
-            owner = self.job_of_pod.get(job.id.removeprefix("bound:"), job.id)
+            owner = self.job_of_pod.get(job.id[BOUND:], job.id)
             succeeded[owner] = max(succeeded.get(owner, 0.0), run_s)
         for job_id in [j for j in scheduler.running if j not in groups and j not in self.nominated]:
             self._ended(job_id, succeeded.get(job_id), now_s)
+        state, rows_before, self._rows_of = scheduler.state, self._rows_of, groups
         for owner, pods in groups.items():
-            if scheduler.state.get(owner) is not JobState.RUNNING:
+            if state.get(owner) is not JobState.RUNNING:
                 self._adopt(owner, pods)
-            self.pods_of[owner] = [(job.id.removeprefix("bound:"), node) for job, node, _ in pods]
+            if rows_before.get(owner) != pods or owner not in self.pods_of:
+                self.pods_of[owner] = [(job.id[BOUND:], node) for job, node, _ in pods]
         self.job_of_pod = {uid: job_id for job_id, pods in self.pods_of.items() if job_id in scheduler.running
                            for uid, _ in pods}
 
@@ -237,9 +248,7 @@ class LiveBooks:
                 job = dataclasses.replace(job, submit_s=known.submit_s)
                 if self._orphans.pop(job.id, None) is not None or job != known:
                     scheduler.replace(job, now_s)
-        for job_id, state in list(scheduler.state.items()):
-            if state is not JobState.PENDING or job_id in seen:
-                continue
+        for job_id in [j for j, state in scheduler.state.items() if state is JobState.PENDING and j not in seen]:
             since = self._orphans.get(job_id)
             if since is None:
                 scheduler.hold(job_id)

@@ -28,10 +28,8 @@ from trimtab.model import Job, Node, Resources
 from trimtab.units import parse_duration_s
 
 Obj = dict[str, Any]
-# a pod's uid, namespace/name, phase, nodeName, whether it is terminating, whether this scheduler owns it, its
-# gang (namespace, name: the PodGroup it names, else the Job that owns it), its status.startTime, and whether the
-# gang is its owner's (a Job) rather than a PodGroup it names
-# uid, key, phase, node, deleting, ours, the PodGroup it names (namespace, name), start time, its owners' gangs
+# what `_read_bound` reads of a pod: its uid, key, phase, node, whether it is terminating, whether this scheduler
+# owns it, the PodGroup it names (namespace, name), its start time, and its owners' gangs (owners.py)
 PodFacts = tuple[str, str, str | None, str | None, bool, bool, tuple[str, str] | None, str | None, tuple[str, ...]]
 _TERMINAL = ("Succeeded", "Failed")
 HOLDING_TASKS = 4096  # distinct sets of container requests remembered (_holding_task)
@@ -153,7 +151,8 @@ class SnapshotReader:
         self._succeeded: set[str] = set()  # the uids of the Succeeded pods of the last snapshot
         self._holding_tasks: dict[str, Resources] = {}  # a bound pod's task by its containers' requests
         # each pod's facts by the id of its dict, the dict kept with them (so the id is not reused meanwhile)
-        self._facts: dict[int, tuple[Obj, PodFacts]] = {}
+        # (and its row of `holding`, once it is bound to a node and started: `_read_bound`)
+        self._facts: dict[int, list[Any]] = {}
         self._owner_docs: dict[int, tuple[Obj, list[Obj]]] = {}  # an owner's version -> its gang's PodGroup doc
         # the same of pending pods: `_pod_version`
         self._pending_versions: dict[int, tuple[Obj, str]] = {}
@@ -162,6 +161,7 @@ class SnapshotReader:
         self._unit_reads: dict[tuple[Any, ...], Manifests | str] = {}
         # the same of Ready nodes, by what the reader reads of them (a node's heartbeats change its version only)
         self._node_reads: dict[str, Node | None] = {}
+        self._node_versions: dict[int, tuple[Obj, Node | None]] = {}  # the same by the id of each node's dict
         self._inventory = Inventory(live=True)  # the DRA objects of the snapshot being read
         self._group_queues: dict[tuple[str, str], str] = {}  # PodGroup (namespace, name) -> its spec.queue
 
@@ -194,19 +194,32 @@ class SnapshotReader:
                 continue  # the API server took it; a field trimtab cannot read: its jobs share as if it had none
         self._group_queues = {(g["metadata"]["namespace"], g["metadata"]["name"]): str(q) for g in groups
                               if (q := (g.get("spec") or {}).get("queue"))}
-        node_cache, self._node_reads = self._node_reads, {}
         nodes = sorted(nodes, key=lambda n: n["metadata"]["name"])
-        for doc in nodes:
-            if node_ready(doc):
-                read = _node_doc(doc)
-                key = repr(read)
-                node = node_cache[key] if key in node_cache else _read_node(read)
-                self._node_reads[key] = node
-                if node is not None:
-                    out.nodes.append(with_devices(node, self._inventory))
+        out.nodes = [with_devices(node, self._inventory) for node in self._read_nodes(nodes)]
         mine, bound_in_group = self._read_bound(out, pods, assumed, {n["metadata"]["name"]: n for n in nodes}, now_s)
         self._read_pending(out, mine, groups, self._classes(classes),
                            {n["metadata"]["name"]: n for n in namespaces}, bound_in_group)
+        return out
+
+    def _read_nodes(self, nodes: list[Obj]) -> list[Node]:
+        """The Ready nodes the reader can model, each version (dict) of a node read once: a heartbeat makes a new
+        version, which is read again only if what the reader reads of it changed (`_node_doc`)."""
+        if len(self._node_reads) > 2 * len(nodes) + 64:  # reads of node versions long gone
+            self._node_reads = {}
+        by_doc, self._node_versions = self._node_versions, {}
+        out: list[Node] = []
+        for doc in nodes:
+            known = by_doc.get(id(doc))
+            if known is None:
+                node = None
+                if node_ready(doc):
+                    key = repr(_node_doc(doc))
+                    node = self._node_reads[key] if key in self._node_reads else _read_node(_node_doc(doc))
+                    self._node_reads[key] = node
+                known = (doc, node)
+            self._node_versions[id(doc)] = known
+            if known[1] is not None:
+                out.append(known[1])
         return out
 
     def _read_bound(self, out: Snapshot, pods: Iterable[Obj], assumed: Mapping[str, str], node_docs: Mapping[str, Obj],
@@ -217,14 +230,14 @@ class SnapshotReader:
         bound_in_group: dict[tuple[str, str], int] = {}
         members: dict[tuple[str, str], list[tuple[Obj, bool]]] = {}  # our gangs' bound members, lost with their node?
         mine: list[Obj] = []
-        seen: set[str] = set()
+        kept: dict[str, Job] = {}  # the one-pod Jobs of the bound pods seen (`_holding_jobs` next)
         facts_cache, self._facts = self._facts, {}
         done_before, done = self._succeeded, set()
         for pod in pods:
-            facts = facts_cache.get(id(pod)) or (pod, self._pod_facts(pod))
-            self._facts[id(pod)] = facts
-            uid, key, phase, node, deleting, ours, group, started, owners = facts[1]
-            if group is None:  # the first of its owners' gangs; none (not read yet, or no gang): on its own
+            entry = facts_cache.get(id(pod)) or [pod, self._pod_facts(pod), None]
+            self._facts[id(pod)] = entry
+            uid, key, phase, node, deleting, ours, group, started, owners = entry[1]
+            if group is None and owners:  # the first of its owners' gangs; none (not read yet, or no gang): alone
                 group = next((g for name in owners if (g := (key.split("/")[0], name)) in self._gangs), None)
             node = node or assumed.get(key)
             if phase in _TERMINAL or (deleting and not node):
@@ -237,18 +250,25 @@ class SnapshotReader:
                 if ours:
                     mine.append(pod)
                 continue
-            seen.add(uid)
             if group:
                 if not deleting:  # a member on its way out (a restarted gang's, on a dead node) is not a member
                     bound_in_group[group] = bound_in_group.get(group, 0) + 1
                 if ours:
                     members.setdefault(group, []).append((pod, member_lost(pod, node_docs.get(node), now_s)))
-            if node in ready:
-                held = self._holding_job(pod)
-                out.holding.append((held, node, epoch_s(started)))
-                if ours:
-                    out.owner_of[held.id] = f"{group[0]}/{group[1]}" if group else key
-        self._holding_jobs = {uid: job for uid, job in self._holding_jobs.items() if uid in seen}
+            if node not in ready:
+                if uid in self._holding_jobs:
+                    kept[uid] = self._holding_jobs[uid]
+                continue
+            row = entry[2]
+            if row is None or row[1] != node:
+                row = (self._holding_job(pod), node, epoch_s(started))
+                if started and node == entry[1][3] and not pod["spec"].get("resourceClaims"):
+                    entry[2] = row  # the same for as long as this version of the pod is bound there
+            out.holding.append(row)
+            kept[uid] = row[0]
+            if ours:
+                out.owner_of[row[0].id] = f"{group[0]}/{group[1]}" if group else key
+        self._holding_jobs = kept
         self._succeeded = done
         for (ns, group), bound in members.items():
             restart = _members_to_restart(bound)

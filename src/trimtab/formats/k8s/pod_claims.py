@@ -112,7 +112,7 @@ def restrict(terms: tuple[NodeTerm, ...], nodes: tuple[str, ...] | None) -> tupl
 def with_devices(node: Node, inv: Inventory) -> Node:
     """The node with its DRA devices counted among its GPUs; records its own GPUs in `inv.own_gpus`."""
     inv.own_gpus[node.name] = node.capacity.gpus
-    extra = model_gpus(inv, inv.devices.get(node.name, []))
+    extra = model_gpus(inv, inv.devices[node.name]) if node.name in inv.devices else 0
     if not extra:
         return node
     return dataclasses.replace(node, capacity=dataclasses.replace(node.capacity, gpus=node.capacity.gpus + extra))
