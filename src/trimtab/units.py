@@ -42,6 +42,8 @@ def parse_quantity(value: object) -> Fraction:
     Suffixes: n u m (10^-9, 10^-6, 10^-3), k/K M G T P E (powers of 1000), Ki Mi Gi Ti Pi Ei (powers of 1024).
     Raises ValueError for anything else, for a negative amount (no resource trimtab reads can be negative) and
     for a magnitude over 2^63 - 1."""
+    if isinstance(value, str) and (known := _PARSED.get(value)) is not None:
+        return known
     text = str(value).strip() if isinstance(value, int | float | str) and not isinstance(value, bool) else "?"
     match = _QUANTITY.fullmatch(text)
     if match is None:
@@ -57,7 +59,13 @@ def parse_quantity(value: object) -> Fraction:
         raise ValueError(f"expected a non-negative quantity, got {shown(value)}")
     if quantity > MAX_QUANTITY:
         raise ValueError(f"quantity {shown(value)} is out of range (at most {MAX_QUANTITY})")
+    if isinstance(value, str) and len(_PARSED) < PARSED_MAX:
+        _PARSED[value] = quantity
     return quantity
+
+
+PARSED_MAX = 4096  # distinct quantity strings remembered: a cluster's pods ask for a few amounts, each parsed once
+_PARSED: dict[str, Fraction] = {}
 
 
 def parse_duration_s(value: object, what: str = "") -> float:

@@ -12,15 +12,17 @@ from trimtab.formats.k8s.documents import GPU, Doc, gpus, quantity
 def pod_resources(doc: Doc, spec: dict[str, Any], path: str) -> tuple[list[Fraction], list[Fraction], dict[str, bool]]:
     """Requests and limits [gpus, cpu cores, memory bytes] of a pod: the sum over its containers, at least the
     largest init container's; and which requests and limits every container states."""
-    req = [Fraction(0)] * 3
-    lim = [Fraction(0)] * 3
+    req: list[Fraction] | None = None
+    lim: list[Fraction] = []
     specified = {"requests.cpu": True, "requests.memory": True, "limits.cpu": True, "limits.memory": True}
     for i, c in enumerate(spec["containers"]):
         r, lm, has = container_resources(doc, c.get("resources") or {}, f"{path}.containers[{i}].resources")
-        req = [a + b for a, b in zip(req, r, strict=True)]
-        lim = [a + b for a, b in zip(lim, lm, strict=True)]
+        req, lim = (r, lm) if req is None else ([a + b for a, b in zip(req, r, strict=True)],
+                                                [a + b for a, b in zip(lim, lm, strict=True)])
         for k in specified:
             specified[k] = specified[k] and has[k]
+    if req is None:
+        req, lim = [Fraction(0)] * 3, [Fraction(0)] * 3
     for i, c in enumerate(spec.get("initContainers") or []):
         r, lm, _ = container_resources(doc, (c or {}).get("resources") or {}, f"{path}.initContainers[{i}].resources")
         req = [max(a, b) for a, b in zip(req, r, strict=True)]
