@@ -170,8 +170,10 @@ class KubeEnv:
     (token auth, the apiserver's self-signed certificate not verified: loopback only)."""
 
     def __init__(self, workdir: Path, *, scheduler: bool = False, crds: bool = True,
-                 feature_gates: Sequence[str] = (), runtime_config: Sequence[str] = ()) -> None:
+                 feature_gates: Sequence[str] = (), runtime_config: Sequence[str] = (),
+                 node_grace_s: int = 20) -> None:
         self.dir = workdir
+        self.node_grace_s = node_grace_s  # how long a node's heartbeat may lag before it is NotReady
         self.crds = crds  # whether the PodGroup CRDs are (to be) installed; a stock cluster has none
         # `--feature-gates` of the API server and controller-manager, `--runtime-config` of the API server
         self.feature_gates, self.runtime_config = list(feature_gates), list(runtime_config)
@@ -223,7 +225,7 @@ class KubeEnv:
             "--leader-elect=false", "--use-service-account-credentials=false",
             "--service-account-private-key-file", str(self.dir / "sa.key"),
             "--kube-api-qps", "1000", "--kube-api-burst", "2000",
-            "--node-monitor-grace-period", "20s", "--node-monitor-period", "2s", *self._gates()])
+            "--node-monitor-grace-period", f"{self.node_grace_s}s", "--node-monitor-period", "2s", *self._gates()])
         stages = self.dir / "kwok-stages.yaml"
         stages.write_text(_STAGES)
         self._spawn("kwok", [
