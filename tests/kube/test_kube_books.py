@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("lightkube", reason="the kube extra (lightkube) is not installed")
 
-from kube_objects import gpu_node, gpu_pod, pod_group
+from kube_objects import batch_job, gpu_node, gpu_pod, pod_group
 from test_kube_cycle import LATER_S, FakeApi, scheduler
 
 from trimtab.kube.books import ORPHAN_S
@@ -80,6 +80,38 @@ def test_a_bare_pod_evicted_and_not_recreated_is_let_go() -> None:
     sched.cycle(LATER_S + 2 + ORPHAN_S)
     assert "default/solo" not in sched.books.scheduler.state
     assert "default/solo" not in api.unschedulable
+
+
+def test_a_preempted_job_stays_the_same_job_through_its_controllers_backoff_and_is_let_go_once_deleted() -> None:
+    """A batch/v1 Job's evicted pods come back only after the Job controller's backoff (40 s for 3 pods, up to
+    10 min): its gang is held for as long as the Job stands, keeping its first submit time (its place in the queue
+    and its credit), and let go ORPHAN_S after the Job is deleted."""
+    api = FakeApi()
+    _nominating(api)
+    low = [gpu_pod(f"w{i}", 2, job="train", node="n1") for i in range(2)]
+    sched = scheduler(api, [gpu_node("n1", 4)], [*low, gpu_pod("high", 4, priorityClassName="urgent")],
+                      policy="priority")
+    sched.informers["priorityclasses"].load([URGENT])
+    sched.informers["jobs"].load([batch_job("train", 2)])
+    sched.cycle(LATER_S)
+    assert sorted(api.evicted) == ["default/w0", "default/w1"]
+    high = next(p for p in sched.informers["pods"].items() if p["metadata"]["name"] == "high")
+    sched.informers["pods"].load([high])  # the victims are gone; the controller waits out its backoff
+    books = sched.books
+    for later_s in (1, 2 + ORPHAN_S, 40 + ORPHAN_S):
+        sched.cycle(LATER_S + later_s)
+        assert books.scheduler.state["default/train"] is JobState.PENDING
+    submit_s = books.scheduler.jobs["default/train"].submit_s
+    assert submit_s < LATER_S
+    again = [gpu_pod(f"w{i}-again", 2, job="train", created="2026-12-01T11:02:00Z") for i in range(2)]
+    sched.informers["pods"].load([high, *again])
+    sched.cycle(LATER_S + 41 + ORPHAN_S)
+    assert books.scheduler.jobs["default/train"].submit_s == submit_s  # not the new pods' creation
+    sched.informers["pods"].load([high])
+    sched.informers["jobs"].load([])  # evicted again, and the Job deleted: nothing will bring its pods back
+    sched.cycle(LATER_S + 42 + ORPHAN_S)
+    sched.cycle(LATER_S + 43 + 2 * ORPHAN_S)
+    assert "default/train" not in books.scheduler.state
 
 
 def test_a_completed_job_is_forgotten_and_its_name_may_come_again() -> None:

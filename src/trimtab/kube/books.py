@@ -24,7 +24,9 @@ from trimtab.world import Actuator, WorldLoop
 
 log = logging.getLogger(__name__)
 
-ORPHAN_S = 30.0  # a pending job whose pods are gone waits this long, held, for its controller to recreate them
+# a pending job whose pods are gone waits this long, held, for its controller to recreate them; as long as its
+# owner stands (a Job's backoff reaches 10 min), for ever
+ORPHAN_S = 30.0
 NOMINATED_S = 60.0  # a start waiting for its victims' pods to go gives up after this long
 HISTORY_JOBS = 2000  # completed jobs kept for the policies that learn from them (qssf's predicted run time)
 REST = "+rest"  # the id of a gang's pending members while others of it are bound: a job of its own
@@ -226,7 +228,7 @@ class LiveBooks:
 
     def _sync_pending(self, snap: Snapshot, now_s: float) -> None:
         """Each pending job of the snapshot queued as it reads now (keeping its first submit time and its credit);
-        a queued job whose pods are gone is held, then forgotten after ORPHAN_S."""
+        a queued job whose pods are gone is held, then forgotten after ORPHAN_S unless its owner stands."""
         scheduler = self.scheduler
         seen: set[str] = set()
         for i, job in enumerate(snap.pending):
@@ -253,6 +255,6 @@ class LiveBooks:
             if since is None:
                 scheduler.hold(job_id)
                 self._orphans[job_id] = now_s
-            elif now_s - since > ORPHAN_S:
+            elif now_s - since > ORPHAN_S and job_id not in snap.owner_gangs:
                 del self._orphans[job_id]
                 scheduler.forget(job_id)

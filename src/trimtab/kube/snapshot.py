@@ -59,6 +59,9 @@ class Snapshot:
     # this scheduler's pods in `holding`: one-pod Job id -> the id of the job they were pending as (the gang's
     # "namespace/name", or the pod's own key)
     owner_of: dict[str, str] = field(default_factory=dict)
+    # the gangs ("namespace/name") of the controllers' workloads that stand (a Job, an operator's): their pods,
+    # evicted, are made again, after the controller's backoff (up to 10 min for a Job)
+    owner_gangs: set[str] = field(default_factory=set)
 
 
 def pod_key(obj: Obj) -> str:
@@ -178,8 +181,9 @@ class SnapshotReader:
         owners = list(owners)
         groups = list(groups)
         named = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
-        groups += [g for g in self._owner_groups(owners) if (g["metadata"]["namespace"], g["metadata"]["name"])
-                   not in named]
+        owned = self._owner_groups(owners)
+        out.owner_gangs = {f"{g['metadata']['namespace']}/{g['metadata']['name']}" for g in owned}
+        groups += [g for g in owned if (g["metadata"]["namespace"], g["metadata"]["name"]) not in named]
         self._gangs = {(g["metadata"]["namespace"], g["metadata"]["name"]) for g in groups}
         self._owners_read = {(o["metadata"]["namespace"], name) for o in owners for name, _ in owner_sizes(o)}
         for doc in quotas:
