@@ -24,8 +24,8 @@ from trimtab.world import Actuator, WorldLoop
 
 log = logging.getLogger(__name__)
 
-# a pending job whose pods are gone waits this long, held, for its controller to recreate them; as long as its
-# owner stands (a Job's backoff reaches 10 min), for ever
+# a pending job whose pods are gone waits this long, held, for its controller to recreate them; the gang of an
+# owner that stands (a Job, whose backoff reaches 10 min) waits for as long as the owner does
 ORPHAN_S = 30.0
 NOMINATED_S = 60.0  # a start waiting for its victims' pods to go gives up after this long
 HISTORY_JOBS = 2000  # completed jobs kept for the policies that learn from them (qssf's predicted run time)
