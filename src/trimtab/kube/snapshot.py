@@ -217,8 +217,9 @@ class SnapshotReader:
             if known is None:
                 node = None
                 if node_ready(doc):
-                    key = repr(_node_doc(doc))
-                    node = self._node_reads[key] if key in self._node_reads else _read_node(_node_doc(doc))
+                    read = _node_doc(doc)
+                    key = repr(read)
+                    node = self._node_reads[key] if key in self._node_reads else _read_node(read)
                     self._node_reads[key] = node
                 known = (doc, node)
             self._node_versions[id(doc)] = known
